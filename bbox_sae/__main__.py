@@ -1,0 +1,3 @@
+from bbox_sae.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""Atomic, checksummed, resumable Parquet artifacts.
+
+A *sharded table* is a directory of `part-NNNNN.parquet` files, each with a sidecar
+`part-NNNNN.json` holding its SHA-256 and row count. The sidecar is written (atomically)
+only after its shard, so a shard without a sidecar is an interrupted write: it is
+recomputed, never read. Sidecars instead of one manifest file let several workers
+(`bbox score --shard i/n`) fill the same directory without a shared file to race on.
+Readers accept a plain Parquet file too, so users can feed their own tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from bbox_sae.errors import ArtifactError
+
+WORD_KEY = ["doc_id", "word_idx"]
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def atomic_write_table(path: str | Path, table: pa.Table) -> str:
+    """Write one Parquet file atomically; returns its SHA-256."""
+    data = table_bytes(table)
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class ShardedTable:
+    """A directory of checksummed Parquet shards, written one shard at a time."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+
+    def shard_path(self, index: int) -> Path:
+        return self.dir / f"part-{index:05d}.parquet"
+
+    def _sidecar(self, index: int) -> Path:
+        return self.dir / f"part-{index:05d}.json"
+
+    def has(self, index: int, key: str | None = None) -> bool:
+        """A shard counts as done when its sidecar exists, names the same key and the file size matches.
+
+        `key` identifies what the shard was computed from (e.g. a hash of its document ids and
+        the settings), so a shard computed for other inputs is redone rather than reused.
+        """
+        sidecar = self._sidecar(index)
+        path = self.shard_path(index)
+        if not sidecar.exists() or not path.exists():
+            return False
+        try:
+            meta = json.loads(sidecar.read_text())
+        except (json.JSONDecodeError, OSError):
+            return False
+        if key is not None and meta.get("key") != key:
+            return False
+        return meta.get("bytes") == path.stat().st_size
+
+    def write(self, index: int, table: pa.Table, key: str | None = None) -> None:
+        data = table_bytes(table)
+        atomic_write_bytes(self.shard_path(index), data)
+        atomic_write_json(
+            self._sidecar(index),
+            {"sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows, "bytes": len(data), "key": key},
+        )
+
+    def indices(self) -> list[int]:
+        if not self.dir.exists():
+            return []
+        return sorted(int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.json"))
+
+    def verify(self, indices: Iterable[int] | None = None) -> list[int]:
+        """Return the shards whose content does not match their checksum (and drop their sidecars)."""
+        bad = []
+        for i in self.indices() if indices is None else indices:
+            sidecar, path = self._sidecar(i), self.shard_path(i)
+            try:
+                meta = json.loads(sidecar.read_text())
+                ok = path.exists() and sha256_file(path) == meta["sha256"]
+            except (OSError, json.JSONDecodeError, KeyError):
+                ok = False
+            if not ok:
+                bad.append(i)
+                sidecar.unlink(missing_ok=True)
+        return bad
+
+    def remove_extra(self, keep: set[int]) -> None:
+        for i in self.indices():
+            if i not in keep:
+                self._sidecar(i).unlink(missing_ok=True)
+                self.shard_path(i).unlink(missing_ok=True)
+
+    def files(self, indices: Iterable[int] | None = None) -> list[Path]:
+        return [self.shard_path(i) for i in (self.indices() if indices is None else indices)]
+
+
+def resolve_files(path: str | Path, verify: bool = True) -> list[Path]:
+    """Files that make up a table: one Parquet file, or a sharded directory (checksums verified)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        table = ShardedTable(path)
+        indices = table.indices()
+        if not indices:
+            raise ArtifactError(f"{path}: no complete shards (was the stage run?)")
+        if verify:
+            bad = table.verify(indices)
+            if bad:
+                names = ", ".join(table.shard_path(i).name for i in bad)
+                raise ArtifactError(f"{path}: corrupted or truncated shard(s) {names}; re-run the stage to recompute them")
+        return table.files(indices)
+    raise ArtifactError(f"{path}: artifact not found (was the stage run?)")
+
+
+def read_table(path: str | Path, columns: list[str] | None = None, verify: bool = True) -> pa.Table:
+    files = resolve_files(path, verify=verify)
+    try:
+        return pads.dataset([str(f) for f in files], format="parquet").to_table(columns=columns)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ArtifactError(f"{path}: cannot read Parquet: {err}") from None
+    except KeyError as err:
+        raise ArtifactError(f"{path}: missing column {err}") from None
+
+
+def require_columns(table: pa.Table, columns: Iterable[str], where: str) -> None:
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ArtifactError(f"{where}: missing column(s) {missing}; has {table.column_names}")

