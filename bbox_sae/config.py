@@ -152,11 +152,14 @@ class LabelConfig(Section):
     concurrency: int = Field(default=4, ge=1)
     max_retries: int = Field(default=4, ge=0)
     timeout_s: float = Field(default=60.0, gt=0)
+    backoff_base_s: float = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
+    backoff_max_s: float = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
+    temperature: float | None = Field(default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)")
     examples: int = Field(default=20, ge=1, description="train contexts shown to the labeler")
     validation_examples: int = Field(default=10, ge=1, description="holdout positives (and as many negatives)")
     only_kept: bool = True
     json_mode: bool = True
-    dry_run: bool = False
+    dry_run: bool = Field(default=False, description="LLM labeler: print the label prompts, send and write nothing")
     prompt_cost_per_1k: float = 0.0
     completion_cost_per_1k: float = 0.0
 
@@ -169,6 +172,7 @@ class LabelConfig(Section):
 class ReportConfig(Section):
     max_features: int = Field(default=500, ge=1, description="features shown in report.html")
     examples_per_feature: int = Field(default=20, ge=1)
+    markdown_features: int = Field(default=10, ge=1, description="kept features per winning model in report.md")
 
 
 class WandbConfig(Section):

@@ -52,4 +52,4 @@ def wandb_run(cfg: Config, job: str, config: dict | None = None, group: str | No
 
 
 def run_dirs(cfg: Config) -> list[Path]:
-    return sorted((cfg.out / "wandb").glob("offline-run-*")) + sorted((cfg.out / "wandb").glob("run-*"))
+    return sorted((cfg.out / "wandb").rglob("offline-run-*")) + sorted((cfg.out / "wandb").rglob("run-*"))

@@ -61,6 +61,8 @@ class HFScorer:
         self.name = name
         self.model = model
         self.tokenizer = tokenizer
+        # Whole documents are tokenized before windowing; the length warning would be noise.
+        tokenizer.model_max_length = 10**12
         self.start_id = start_token_id(tokenizer, start_token)
         max_positions = getattr(model.config, "max_position_embeddings", None)
         self.window = min(window, max_positions) if max_positions else window

@@ -1,0 +1,231 @@
+"""The build stage: join embeddings and every model's log-probs into the performance-aware matrix.
+
+Row = one word: `[a * embedding, b * performance]`, where performance is each model's p(word)
+(`probs`, the paper's default), log p (`logprobs`), or differences (`delta`). With
+`output_feature_weight` w, a and b make the mean row norms of the two parts (1-w)*M and w*M,
+M being the mean norm of the unscaled concatenation. Two streaming passes over the shards
+(statistics, then writing a memory-mapped `.npy`), never more than `chunk_rows` rows at once,
+so the matrix can be far larger than memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, resolve_files
+from bbox_sae.config import Config
+from bbox_sae.errors import ArtifactError
+
+log = logging.getLogger(__name__)
+
+
+def performance_columns(logprobs: np.ndarray, mode: str) -> np.ndarray:
+    """(rows, n_models) log-probs -> performance features (rows, d_perf)."""
+    if mode == "probs":
+        return np.exp(logprobs)
+    if mode == "logprobs":
+        return logprobs.copy()
+    if logprobs.shape[1] == 2:
+        return logprobs[:, :1] - logprobs[:, 1:]
+    return logprobs - logprobs.mean(axis=1, keepdims=True)
+
+
+def performance_names(models: list[str], mode: str) -> list[str]:
+    if mode == "delta":
+        return [f"delta__{models[0]}-{models[1]}"] if len(models) == 2 else [f"delta__{m}-mean" for m in models]
+    return [f"{'p' if mode == 'probs' else 'logprob'}__{m}" for m in models]
+
+
+def part_scales(mean_norm_embedding: float, mean_norm_performance: float, mean_norm_joint: float, weight: float) -> tuple[float, float]:
+    """Scale factors (a, b) giving mean part norms (1-w)*M and w*M."""
+    a = (1 - weight) * mean_norm_joint / mean_norm_embedding if mean_norm_embedding > 0 else 0.0
+    b = weight * mean_norm_joint / mean_norm_performance if mean_norm_performance > 0 else 0.0
+    return a, b
+
+
+@dataclass
+class _Chunk:
+    words: pa.Table
+    embedding: np.ndarray
+    logprobs: np.ndarray  # (rows, n_models) float64, NaN where missing
+    valid: np.ndarray
+
+
+@dataclass
+class BuildStats:
+    rows_in: int = 0
+    rows: int = 0
+    dropped_missing_logprob: int = 0
+    dropped_nonfinite_embedding: int = 0
+    max_chunk_rows: int = 0
+    dropped_by_model: dict = field(default_factory=dict)
+
+
+def _rebatch(path: Path, columns: list[str], chunk_rows: int) -> Iterator[pa.Table]:
+    """Exactly `chunk_rows`-row tables (the last may be shorter) from a Parquet file, streamed."""
+    buffer: list[pa.RecordBatch] = []
+    held = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns):
+        buffer.append(batch)
+        held += batch.num_rows
+        while held >= chunk_rows:
+            table = pa.Table.from_batches(buffer)
+            yield table.slice(0, chunk_rows)
+            rest = table.slice(chunk_rows)
+            buffer = rest.to_batches()
+            held = rest.num_rows
+    if held:
+        yield pa.Table.from_batches(buffer)
+
+
+def _embedding_matrix(column: pa.ChunkedArray) -> np.ndarray:
+    arr = column.combine_chunks()
+    dim = arr.type.list_size
+    return arr.values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
+
+
+def _chunks(cfg: Config, models: list[str], chunk_rows: int) -> Iterator[_Chunk]:
+    words_tbl = ShardedTable(cfg.out / "words")
+    emb_tbl = ShardedTable(cfg.out / "embeddings")
+    lp_tbls = [ShardedTable(cfg.out / "logprobs" / m) for m in models]
+    for k in words_tbl.indices():
+        streams = [_rebatch(words_tbl.shard_path(k), ["doc_id", "word_idx", "split"], chunk_rows)]
+        if not emb_tbl.shard_path(k).exists():
+            raise ArtifactError(f"embeddings/ lacks shard {k}; run `bbox embed`")
+        streams.append(_rebatch(emb_tbl.shard_path(k), ["doc_id", "word_idx", "embedding"], chunk_rows))
+        for m, t in zip(models, lp_tbls):
+            if not t.shard_path(k).exists():
+                raise ArtifactError(f"logprobs/{m} lacks shard {k}; run `bbox score`")
+            streams.append(_rebatch(t.shard_path(k), ["doc_id", "word_idx", "logprob"], chunk_rows))
+        for parts in zip(*streams, strict=True):
+            words = parts[0]
+            for name, part in zip(["embeddings", *[f"logprobs/{m}" for m in models]], parts[1:]):
+                if part.num_rows != words.num_rows or not (
+                    part["word_idx"].equals(words["word_idx"]) and part["doc_id"].equals(words["doc_id"])
+                ):
+                    raise ArtifactError(f"{name} shard {k} does not line up with words/ (re-run the stage that wrote it)")
+            emb = _embedding_matrix(parts[1]["embedding"])
+            lp = np.stack([p["logprob"].to_numpy(zero_copy_only=False).astype(np.float64) for p in parts[2:]], axis=1)
+            valid = np.isfinite(emb).all(axis=1) & np.isfinite(lp).all(axis=1)
+            yield _Chunk(words, emb, lp, valid)
+
+
+def run_build(cfg: Config) -> dict:
+    out = cfg.out / "build"
+    out.mkdir(parents=True, exist_ok=True)
+    models = [m.name for m in cfg.models]
+    for path in [cfg.out / "words", cfg.out / "embeddings", *[cfg.out / "logprobs" / m for m in models]]:
+        resolve_files(path)  # verifies every shard's checksum before we trust it
+    mode, weight, chunk_rows = cfg.build.performance, cfg.build.output_feature_weight, cfg.build.chunk_rows
+    stats = BuildStats(dropped_by_model={m: 0 for m in models})
+
+    # Pass 1: counts and mean norms.
+    sum_e = sum_p = sum_j = 0.0
+    d_emb = None
+    for chunk in tqdm(_chunks(cfg, models, chunk_rows), desc="build: statistics", unit="chunk", leave=False):
+        stats.max_chunk_rows = max(stats.max_chunk_rows, chunk.words.num_rows)
+        stats.rows_in += chunk.words.num_rows
+        stats.dropped_nonfinite_embedding += int((~np.isfinite(chunk.embedding).all(axis=1)).sum())
+        for i, m in enumerate(models):
+            stats.dropped_by_model[m] += int((~np.isfinite(chunk.logprobs[:, i])).sum())
+        e = chunk.embedding[chunk.valid].astype(np.float64)
+        p = performance_columns(chunk.logprobs[chunk.valid], mode)
+        ne, np_ = (e**2).sum(1), (p**2).sum(1)
+        sum_e += np.sqrt(ne).sum()
+        sum_p += np.sqrt(np_).sum()
+        sum_j += np.sqrt(ne + np_).sum()
+        stats.rows += int(chunk.valid.sum())
+        d_emb = chunk.embedding.shape[1]
+    if stats.rows == 0:
+        raise ArtifactError("build: no word has an embedding and a log-prob from every model")
+    stats.dropped_missing_logprob = stats.rows_in - stats.rows - stats.dropped_nonfinite_embedding
+    mean_e, mean_p, mean_j = sum_e / stats.rows, sum_p / stats.rows, sum_j / stats.rows
+    a, b = part_scales(mean_e, mean_p, mean_j, weight)
+    perf_names = performance_names(models, mode)
+
+    # Pass 2: scaled rows into a memory-mapped .npy, index rows into a streamed Parquet file.
+    d_total = d_emb + len(perf_names)
+    tmp_matrix = out / f".matrix.npy.tmp{os.getpid()}"
+    tmp_index = out / f".index.parquet.tmp{os.getpid()}"
+    matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.float32, shape=(stats.rows, d_total))
+    index_schema = pa.schema(
+        [("row", pa.int64()), ("doc_id", pa.string()), ("word_idx", pa.int32()), ("split", pa.string())]
+        + [(f"logprob__{m}", pa.float64()) for m in models]
+    )
+    row = 0
+    try:
+        with pq.ParquetWriter(tmp_index, index_schema, compression="zstd") as writer:
+            for chunk in tqdm(_chunks(cfg, models, chunk_rows), desc="build: write", unit="chunk", leave=False):
+                v = chunk.valid
+                n = int(v.sum())
+                if n == 0:
+                    continue
+                matrix[row : row + n, :d_emb] = a * chunk.embedding[v]
+                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode)
+                words = chunk.words.filter(pa.array(v))
+                cols = {
+                    "row": pa.array(np.arange(row, row + n), pa.int64()),
+                    "doc_id": words["doc_id"],
+                    "word_idx": words["word_idx"],
+                    "split": words["split"],
+                }
+                for i, m in enumerate(models):
+                    cols[f"logprob__{m}"] = pa.array(chunk.logprobs[v, i])
+                writer.write_table(pa.table(cols, schema=index_schema))
+                row += n
+        matrix.flush()
+        del matrix
+        os.replace(tmp_matrix, out / "matrix.npy")
+        os.replace(tmp_index, out / "index.parquet")
+    except BaseException:
+        tmp_matrix.unlink(missing_ok=True)
+        tmp_index.unlink(missing_ok=True)
+        raise
+    info = {
+        "rows": stats.rows,
+        "rows_in": stats.rows_in,
+        "dropped_missing_logprob": stats.dropped_missing_logprob,
+        "dropped_nonfinite_embedding": stats.dropped_nonfinite_embedding,
+        "missing_logprob_by_model": stats.dropped_by_model,
+        "d_embedding": d_emb,
+        "d_in": d_total,
+        "performance": mode,
+        "performance_columns": perf_names,
+        "models": models,
+        "output_feature_weight": weight,
+        "scale_embedding": a,
+        "scale_performance": b,
+        "mean_norm_embedding": mean_e,
+        "mean_norm_performance": mean_p,
+        "mean_norm_joint": mean_j,
+        "chunk_rows": chunk_rows,
+        "max_chunk_rows": stats.max_chunk_rows,
+    }
+    atomic_write_json(out / "build.json", info)
+    if stats.rows < stats.rows_in:
+        log.info("build: dropped %d of %d words (missing log-prob or non-finite embedding)", stats.rows_in - stats.rows, stats.rows_in)
+    return info
+
+
+def open_matrix(cfg: Config) -> tuple[np.ndarray, pa.Table, dict]:
+    """The built matrix (memory-mapped, read-only), its index table, and build.json."""
+    import json
+
+    out = cfg.out / "build"
+    if not (out / "matrix.npy").exists():
+        raise ArtifactError(f"{out / 'matrix.npy'}: not found; run `bbox build`")
+    matrix = np.load(out / "matrix.npy", mmap_mode="r")
+    index = read_table(out / "index.parquet")
+    info = json.loads((out / "build.json").read_text())
+    if matrix.shape[0] != index.num_rows:
+        raise ArtifactError(f"{out}: matrix has {matrix.shape[0]} rows but index has {index.num_rows}; re-run `bbox build`")
+    return matrix, index, info

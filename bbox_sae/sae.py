@@ -1,0 +1,292 @@
+"""SAE training with sae-lens: TopK or BatchTopK, streamed from the memory-mapped matrix.
+
+sae-lens facts this module works around:
+- it starts `b_dec` at zero, which leaves most latents dead on data with a mean offset:
+  we initialise `b_dec` to the data mean (estimated on a sample of training rows);
+- `lr_end` must be set (default lr / 10);
+- `SAETrainer` never calls `wandb.init`: we open the run (tracking.wandb_run) around it;
+- BatchTopK is saved for inference as JumpReLU; `SAE.load_from_disk` reads either.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from bbox_sae.artifacts import atomic_write_json, atomic_write_text
+from bbox_sae.config import Config, SAEConfig
+from bbox_sae.dataset import open_matrix
+from bbox_sae.errors import ArtifactError, NumericalError
+
+log = logging.getLogger(__name__)
+
+
+class RowBatches:
+    """Endless fixed-size batches of the given rows of a (memory-mapped) matrix, reshuffled every epoch.
+
+    Only one batch is read from disk at a time. The order depends only on (seed, epoch), so a
+    resumed run skips the batches it already trained on and sees the same data as an
+    uninterrupted one.
+    """
+
+    def __init__(self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0):
+        if len(rows) == 0:
+            raise ArtifactError("no training rows (is every document in the holdout split?)")
+        self.matrix = matrix
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.batch_size = min(batch_size, len(self.rows))
+        self.seed = seed
+        self.per_epoch = len(self.rows) // self.batch_size
+        self.position = skip_batches
+        self.rows_read_max = 0
+
+    def _batch_rows(self, position: int) -> np.ndarray:
+        epoch, i = divmod(position, self.per_epoch)
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+        return np.sort(self.rows[order[i * self.batch_size : (i + 1) * self.batch_size]])
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        idx = self._batch_rows(self.position)
+        self.position += 1
+        self.rows_read_max = max(self.rows_read_max, len(idx))
+        return torch.from_numpy(np.ascontiguousarray(self.matrix[idx], dtype=np.float32))
+
+
+def make_training_sae(sae_cfg: SAEConfig, d_in: int, device: str):
+    from sae_lens import BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig
+
+    common = dict(
+        d_in=d_in,
+        d_sae=sae_cfg.d_sae,
+        k=sae_cfg.k,
+        dtype=sae_cfg.dtype,
+        device=device,
+        aux_loss_coefficient=sae_cfg.aux_coefficient,
+        decoder_init_norm=sae_cfg.decoder_init_norm,
+        apply_b_dec_to_input=True,
+        normalize_activations="none",
+    )
+    if sae_cfg.architecture == "batchtopk":
+        return BatchTopKTrainingSAE(BatchTopKTrainingSAEConfig(**common))
+    return TopKTrainingSAE(TopKTrainingSAEConfig(**common))
+
+
+def load_training_sae(sae_cfg: SAEConfig, path: Path, device: str):
+    from sae_lens import BatchTopKTrainingSAE, TopKTrainingSAE
+
+    cls = BatchTopKTrainingSAE if sae_cfg.architecture == "batchtopk" else TopKTrainingSAE
+    return cls.load_from_disk(path, device=device)
+
+
+def load_sae(run_dir: Path, device: str = "cpu"):
+    """The trained inference SAE (TopK, or JumpReLU for BatchTopK)."""
+    from sae_lens import SAE
+
+    if not (run_dir / "cfg.json").exists():
+        raise ArtifactError(f"{run_dir}: no trained SAE (cfg.json); run `bbox train`")
+    sae = SAE.load_from_disk(run_dir, device=device)
+    sae.eval()
+    return sae
+
+
+def sample_mean(matrix: np.ndarray, rows: np.ndarray, seed: int, n: int = 65536) -> np.ndarray:
+    pick = np.sort(np.random.default_rng(seed).choice(rows, size=min(n, len(rows)), replace=False))
+    return np.asarray(matrix[pick], dtype=np.float64).mean(axis=0)
+
+
+@torch.no_grad()
+def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 8192) -> dict:
+    """Explained variance, MSE, mean L0 and dead-latent fraction on the given rows."""
+    device = next(sae.parameters()).device
+    if len(rows) == 0:
+        return {"rows": 0}
+    mean = sample_mean(matrix, rows, seed=0)
+    sq_err = total_var = l0 = 0.0
+    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=device)
+    for s in range(0, len(rows), batch_size):
+        x = torch.from_numpy(np.asarray(matrix[rows[s : s + batch_size]], dtype=np.float32)).to(device)
+        acts = sae.encode(x)
+        recon = sae.decode(acts)
+        sq_err += float((recon - x).pow(2).sum())
+        total_var += float((x - torch.from_numpy(mean).float().to(device)).pow(2).sum())
+        l0 += float((acts > 0).sum())
+        fired |= (acts > 0).any(0)
+    n = len(rows)
+    return {
+        "rows": n,
+        "explained_variance": 1.0 - sq_err / total_var if total_var > 0 else float("nan"),
+        "mse": sq_err / (n * matrix.shape[1]),
+        "mean_l0": l0 / n,
+        "dead_fraction": float((~fired).float().mean()),
+    }
+
+
+def _trainer_class():
+    from sae_lens.training.sae_trainer import SAETrainer
+
+    class GuardedTrainer(SAETrainer):
+        """Stops at the first non-finite loss, before the bad step can reach a checkpoint."""
+
+        def step(self, batch):
+            output = super().step(batch)
+            if not torch.isfinite(output.loss):
+                raise NumericalError(
+                    f"SAE loss became {float(output.loss)} at step {self.n_training_steps}; "
+                    "training stopped, the last good checkpoint is kept (lower sae.lr, or check the matrix for NaN/inf)"
+                )
+            return output
+
+    return GuardedTrainer
+
+
+def _latest_checkpoint(checkpoints: Path) -> Path | None:
+    done = [p for p in checkpoints.glob("*") if p.is_dir() and (p / ".complete").exists() and p.name.isdigit()]
+    return max(done, key=lambda p: int(p.name)) if done else None
+
+
+def train_sae(cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None) -> dict:
+    from sae_lens.config import LoggingConfig, SAETrainerConfig
+
+    from bbox_sae.models import resolve_device
+    from bbox_sae.tracking import wandb_run
+
+    sae_cfg = cfg.sae
+    torch.manual_seed(sae_cfg.seed)
+    device = str(resolve_device(sae_cfg.device))
+    matrix, index, info = open_matrix(cfg)
+    split = index["split"].to_numpy(zero_copy_only=False)
+    rows = index["row"].to_numpy()
+    train_rows, holdout_rows = rows[split == "train"], rows[split == "holdout"]
+    d_in = matrix.shape[1]
+    total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
+    batch = min(sae_cfg.batch_size, len(train_rows))
+    total_steps = max(1, total_rows // batch)
+    checkpoints = run_dir / "checkpoints"
+    latest = _latest_checkpoint(checkpoints) if resume else None
+    if not resume and checkpoints.exists():
+        shutil.rmtree(checkpoints)
+
+    if latest is not None:
+        sae = load_training_sae(sae_cfg, latest, device)
+    else:
+        sae = make_training_sae(sae_cfg, d_in, device)
+        with torch.no_grad():
+            sae.b_dec.data = torch.from_numpy(sample_mean(matrix, train_rows, sae_cfg.seed)).to(sae.b_dec)
+    trainer_cfg = SAETrainerConfig(
+        total_training_samples=total_steps * batch,
+        train_batch_size_samples=batch,
+        lr=sae_cfg.lr,
+        lr_end=sae_cfg.lr_end if sae_cfg.lr_end is not None else sae_cfg.lr / 10,
+        lr_scheduler_name=sae_cfg.lr_scheduler,
+        lr_warm_up_steps=sae_cfg.lr_warm_up_steps,
+        lr_decay_steps=sae_cfg.lr_decay_steps,
+        device=device,
+        dead_feature_window=sae_cfg.dead_feature_window,
+        feature_sampling_window=max(1, min(2000, total_steps // 4)),
+        n_checkpoints=0,
+        checkpoint_path=str(checkpoints),
+        logger=LoggingConfig(
+            log_to_wandb=cfg.wandb.mode != "disabled",
+            log_weights_to_wandb=False,
+            wandb_log_frequency=max(1, min(10, total_steps // 20)),
+            eval_every_n_wandb_logs=10**9,
+        ),
+    )
+    provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed)
+    trainer = _trainer_class()(trainer_cfg, sae, provider)
+    if latest is not None:
+        trainer.load_trainer_state(latest)
+        provider.position = trainer.n_training_steps
+        log.info("resuming %s from step %d", run_dir.name, trainer.n_training_steps)
+    every = sae_cfg.checkpoint_every * batch
+    trainer.checkpoint_thresholds = [t for t in range(every, total_steps * batch, every) if t > trainer.n_training_samples]
+
+    def mark_complete(checkpoint_path: Path | None) -> None:
+        # A checkpoint counts only once all its files are written (resume ignores partial ones).
+        if checkpoint_path is not None:
+            (Path(checkpoint_path) / ".complete").write_text(str(trainer.n_training_steps + 1))
+
+    trainer.save_checkpoint_fn = mark_complete
+    steps_before = trainer.n_training_steps
+    run_config = {"sae": sae_cfg.model_dump(mode="json"), "build": info, "d_in": d_in, "train_rows": len(train_rows)}
+    with wandb_run(cfg, "train", config=run_config, group=wandb_group, name=f"train-{run_dir.name}") as run:
+        start = time.perf_counter()
+        trainer.fit()
+        seconds = time.perf_counter() - start
+        trained_rows = (trainer.n_training_steps - steps_before) * batch
+        sae.save_inference_model(run_dir)
+        inference = load_sae(run_dir, device)
+        metrics = {
+            "run_name": run_dir.name,
+            "device": device,
+            "steps": trainer.n_training_steps,
+            "resumed_from_step": steps_before if latest is not None else None,
+            "train_rows": int(len(train_rows)),
+            "rows_trained": int(trained_rows),
+            "seconds": round(seconds, 3),
+            "rows_per_s": round(trained_rows / seconds, 1) if seconds > 0 else None,
+            "batch_rows_read_max": provider.rows_read_max,
+            "holdout": evaluate(inference, matrix, holdout_rows),
+            "train_sample": evaluate(inference, matrix, np.sort(np.random.default_rng(0).choice(train_rows, size=min(20000, len(train_rows)), replace=False))),
+        }
+        if run is not None:
+            import wandb
+
+            freq = _activation_frequency(inference, matrix, train_rows)
+            run.log(
+                {
+                    "eval/holdout_explained_variance": metrics["holdout"].get("explained_variance"),
+                    "eval/holdout_mse": metrics["holdout"].get("mse"),
+                    "eval/holdout_mean_l0": metrics["holdout"].get("mean_l0"),
+                    "eval/holdout_dead_fraction": metrics["holdout"].get("dead_fraction"),
+                    "eval/log10_activation_frequency": wandb.Histogram(np.log10(freq + 1e-10)),
+                    "perf/rows_per_s": metrics["rows_per_s"],
+                }
+            )
+            run.summary.update({"metrics": metrics})
+            metrics["wandb_run_id"] = run.id
+    atomic_write_json(run_dir / "metrics.json", metrics)
+    atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+    return metrics
+
+
+@torch.no_grad()
+def _activation_frequency(sae, matrix: np.ndarray, rows: np.ndarray, n: int = 20000) -> np.ndarray:
+    pick = np.sort(np.random.default_rng(1).choice(rows, size=min(n, len(rows)), replace=False))
+    device = next(sae.parameters()).device
+    counts = torch.zeros(sae.cfg.d_sae, device=device)
+    for s in range(0, len(pick), 8192):
+        x = torch.from_numpy(np.asarray(matrix[pick[s : s + 8192]], dtype=np.float32)).to(device)
+        counts += (sae.encode(x) > 0).float().sum(0)
+    return (counts / len(pick)).cpu().numpy()
+
+
+def run_dir_for(cfg: Config) -> Path:
+    return cfg.out / "sae" / cfg.sae.resolved_run_name()
+
+
+def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None) -> dict:
+    run_dir = run_dir_for(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics = train_sae(cfg, run_dir, resume=resume, wandb_group=wandb_group)
+    print(
+        f"trained {run_dir.name} on {metrics['device']}: {metrics['rows_per_s']} rows/s, "
+        f"holdout EV {metrics['holdout'].get('explained_variance', float('nan')):.3f}, "
+        f"L0 {metrics['holdout'].get('mean_l0', float('nan')):.1f}, dead {metrics['holdout'].get('dead_fraction', float('nan')):.2%}"
+    )
+    return metrics
+
+
+def read_metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
