@@ -277,17 +277,17 @@ def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
     return {"wandb_run": run_id, "wandb_dir": str(sync_dir)}
 
 
-def drop_superseded_run_dirs(current: Path, run_id: str) -> list[Path]:
+def drop_superseded_run_dirs(current: Path, run_id: str) -> None:
     """Remove earlier local dirs of the same run id.
 
-    wandb names each local run dir by its start time, so every re-run of the report adds one;
-    the report re-logs everything, so older dirs would only make `wandb sync` upload it twice.
+    wandb names each local run dir by its start time (plus `-N` when that second is taken), so
+    every re-run of the report adds one; the report re-logs everything, so older dirs would only
+    make `wandb sync` upload it twice.
     """
-    pattern = re.compile(rf"^(offline-)?run-\d{{8}}_\d{{6}}-{re.escape(run_id)}$")
+    pattern = re.compile(rf"^(offline-)?run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?$")
     stale = [p for p in current.parent.iterdir() if p.is_dir() and p != current and pattern.match(p.name)]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
-    return stale
 
 
 # ---------------------------------------------------------------- HTML
@@ -489,10 +489,11 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; background:
 header { padding: 12px 20px; background: #fff; border-bottom: 1px solid #ddd; }
 h1 { font-size: 20px; margin: 0 0 6px; } h1 small { color: #777; font-weight: normal; }
 main { display: flex; gap: 16px; padding: 12px 20px; align-items: flex-start; }
-#browser { flex: 3; min-width: 0; } #feature-card { flex: 2; min-width: 320px; position: sticky; top: 8px;
+#browser { flex: 3; min-width: 0; overflow-x: auto; } #feature-card { flex: 2; min-width: 320px; position: sticky; top: 8px;
   max-height: calc(100vh - 16px); overflow: auto; background: #fff; border: 1px solid #ccc; padding: 10px 14px; }
 table { border-collapse: collapse; } td, th { padding: 3px 6px; border-bottom: 1px solid #eee; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.pair { white-space: nowrap; } td.label { min-width: 180px; max-width: 320px; }
 #corpus-table { margin: 6px 0; } #features { width: 100%; background: #fff; }
 #features th { cursor: pointer; user-select: none; position: sticky; top: 0; background: #f0f0f0; }
 #features th[aria-sort="ascending"]::after { content: " ▲"; } #features th[aria-sort="descending"]::after { content: " ▼"; }
@@ -665,7 +666,7 @@ _JS = r"""
     if (lo < 0 && hi > 0) root.appendChild(svg("line", { x1: x(0), x2: x(0), y1: P / 2, y2: H - P, "class": "zero" }));
     root.appendChild(svg("text", { x: P, y: H - 6, "class": "axis", "text-anchor": "start" }, lo.toFixed(2)));
     root.appendChild(svg("text", { x: W - P, y: H - 6, "class": "axis", "text-anchor": "end" }, hi.toFixed(2)));
-    root.appendChild(svg("text", { x: W / 2, y: 12, "class": "axis", "text-anchor": "middle" }, "max " + top + " words per bin"));
+    root.appendChild(svg("text", { x: W / 2, y: 12, "class": "axis", "text-anchor": "middle" }, "tallest bar: " + top + " words"));
     caption.textContent = "Δlog p = log p(" + f.model_a + ") − log p(" + f.model_b + ") over the top words; right of 0: " + f.model_a + " better.";
   }
 

@@ -207,10 +207,13 @@ def train_sae(cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str
     trainer = _trainer_class()(trainer_cfg, sae, provider)
     if latest is not None:
         trainer.load_trainer_state(latest)
+        # sae-lens saves mid-step: the sample count includes the checkpointed step, the step count does not.
+        trainer.n_training_steps = trainer.n_training_samples // batch
         provider.position = trainer.n_training_steps
         log.info("resuming %s from step %d", run_dir.name, trainer.n_training_steps)
     every = sae_cfg.checkpoint_every * batch
-    trainer.checkpoint_thresholds = [t for t in range(every, total_steps * batch, every) if t > trainer.n_training_samples]
+    # sae-lens checkpoints once the sample count exceeds a threshold: t - 1 lands exactly on every N steps.
+    trainer.checkpoint_thresholds = [t - 1 for t in range(every, total_steps * batch, every) if t > trainer.n_training_samples]
 
     def mark_complete(checkpoint_path: Path | None) -> None:
         # A checkpoint counts only once all its files are written (resume ignores partial ones).

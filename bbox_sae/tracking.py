@@ -52,4 +52,5 @@ def wandb_run(cfg: Config, job: str, config: dict | None = None, group: str | No
 
 
 def run_dirs(cfg: Config) -> list[Path]:
-    return sorted((cfg.out / "wandb").rglob("offline-run-*")) + sorted((cfg.out / "wandb").rglob("run-*"))
+    found = [*(cfg.out / "wandb").rglob("offline-run-*"), *(cfg.out / "wandb").rglob("run-*")]
+    return sorted(p for p in found if p.is_dir())

@@ -1,7 +1,7 @@
 """Canonical words: one tokenizer-independent segmentation of raw text into character spans.
 
 GPT-2 / Longformer style pre-tokenization: a word carries its leading space; runs of
-punctuation and runs of whitespace (newlines included) are words of their own, because how
+punctuation and runs of whitespace (newlines included, kept whole) are words of their own, because how
 a model predicts layout and punctuation is part of what we compare. Combining marks stay
 with their letters. The spans tile the text: concatenating the words gives it back.
 """
@@ -16,7 +16,7 @@ _WORD_PATTERN = regex.compile(
     r"""| ?[\p{L}\p{M}]+"""  # letters (with combining marks), optional leading space
     r"""| ?\p{N}+"""  # digit runs
     r"""| ?[^\s\p{L}\p{M}\p{N}]+"""  # punctuation / symbol runs
-    r"""|\s+(?!\S)"""  # whitespace run not followed by a word (keeps the space for the next word)
+    r"""|\s+(?= \S)"""  # whitespace run before " word": the last space goes with the word
     r"""|\s+""",
     regex.VERSION1,
 )

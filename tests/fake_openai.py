@@ -1,0 +1,107 @@
+"""A small OpenAI-compatible chat server for tests: real HTTP on 127.0.0.1, scripted replies.
+
+The server runs an aiohttp app on its own event loop in a background thread, so the code under
+test can use the real `openai` client with its own `asyncio.run`. A `responder(body, index)`
+decides each reply (content, HTTP status, headers, delay); the server records every request,
+when it arrived, and the most requests it ever had in flight at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    content: str | None = None  # the assistant message (any text, so malformed answers are possible)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # sleep before answering (past the client's timeout to force one)
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+Responder = Callable[[dict, int], Reply]
+
+
+def user_text(body: dict) -> str:
+    return "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+
+
+class FakeOpenAI:
+    def __init__(self, responder: Responder):
+        self.responder = responder
+        self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []
+        self.arrivals: list[float] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        index = len(self.requests)
+        self.requests.append(body)
+        self.authorizations.append(request.headers.get("Authorization"))
+        self.arrivals.append(time.monotonic())
+        reply = self.responder(body, index)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(reply.delay_s)
+        finally:
+            self.in_flight -= 1
+        if reply.status != 200:
+            error = {"error": {"message": f"scripted {reply.status}", "type": "test", "code": reply.status}}
+            return web.json_response(error, status=reply.status, headers=reply.headers)
+        payload = {
+            "id": f"chatcmpl-{index}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            },
+        }
+        return web.json_response(payload, headers=reply.headers)
+
+    async def _start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        # handler_cancellation: a request the client gave up on (timeout) stops sleeping, so
+        # shutdown does not wait for it.
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> "FakeOpenAI":
+        self._thread.start()
+        self.base_url = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+def json_reply(obj: object, **kwargs) -> Reply:
+    return Reply(content=json.dumps(obj), **kwargs)

@@ -1,0 +1,86 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from bbox_sae.artifacts import ShardedTable, atomic_write_table
+from bbox_sae.config import config_from_dict
+from bbox_sae.corpus import documents_table, Document, shard_ranges, words_table
+from bbox_sae.dataset import open_matrix, part_scales, performance_columns, run_build
+from bbox_sae.embedding import embeddings_table
+
+
+def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7, nan_doc=None):
+    rng = np.random.default_rng(0)
+    cfg = config_from_dict(
+        {
+            "output_dir": str(tmp_path / "out"),
+            "corpus": {"path": "x.jsonl", "shard_docs": 5},
+            "models": [{"name": n, "source": "parquet", "path": "x"} for n in ("a", "b", "c")],
+            "build": {"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows},
+            "wandb": {"mode": "disabled"},
+        }
+    )
+    docs = [Document(f"d{i}", " ".join(f"w{j}" for j in range(rng.integers(1, 9)))) for i in range(n_docs)]
+    documents = documents_table(docs, 0.3, 0, 5)
+    atomic_write_table(cfg.out / "documents.parquet", documents)
+    for k, (s, e) in enumerate(shard_ranges(len(docs), 5)):
+        part = documents.slice(s, e - s)
+        words = words_table(part)
+        ShardedTable(cfg.out / "words").write(k, words)
+        vecs = [rng.normal(size=(int(np.sum(np.array(words["doc_id"].to_pylist()) == d)), dim)).astype(np.float32) for d in part["doc_id"].to_pylist()]
+        ShardedTable(cfg.out / "embeddings").write(k, embeddings_table(part["doc_id"].to_pylist(), vecs, "float32"))
+        for m in ("a", "b", "c"):
+            lp = -rng.exponential(2.0, size=words.num_rows)
+            if nan_doc is not None and m == "b":
+                lp[np.array(words["doc_id"].to_pylist()) == nan_doc] = np.nan
+            ShardedTable(cfg.out / "logprobs" / m).write(
+                k, pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": pa.array(lp, pa.float64(), from_pandas=True)})
+            )
+    return cfg
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.7, 1.0])
+def test_scaled_parts_have_the_required_mean_norms(tmp_path, weight):
+    cfg = make_run(tmp_path, weight=weight)
+    info = run_build(cfg)
+    matrix, index, _ = open_matrix(cfg)
+    d = info["d_embedding"]
+    emb, perf = np.asarray(matrix[:, :d], np.float64), np.asarray(matrix[:, d:], np.float64)
+    m = info["mean_norm_joint"]
+    assert np.isclose(np.linalg.norm(emb, axis=1).mean(), (1 - weight) * m, rtol=1e-3, atol=1e-9)
+    assert np.isclose(np.linalg.norm(perf, axis=1).mean(), weight * m, rtol=1e-3, atol=1e-9)
+    assert matrix.shape == (index.num_rows, d + 3)
+
+
+def test_performance_columns_match_each_mode():
+    lp = np.log(np.array([[0.5, 0.25, 0.125]]))
+    np.testing.assert_allclose(performance_columns(lp, "probs"), [[0.5, 0.25, 0.125]])
+    np.testing.assert_allclose(performance_columns(lp, "logprobs"), lp)
+    np.testing.assert_allclose(performance_columns(lp, "delta"), lp - lp.mean())
+    np.testing.assert_allclose(performance_columns(lp[:, :2], "delta"), [[np.log(2)]])
+    assert part_scales(2.0, 0.0, 3.0, 0.7) == (pytest.approx(0.45), 0.0)
+
+
+def test_rows_with_a_missing_score_are_dropped_and_counted(tmp_path):
+    cfg = make_run(tmp_path, nan_doc="d3")
+    info = run_build(cfg)
+    _, index, _ = open_matrix(cfg)
+    assert "d3" not in set(index["doc_id"].to_pylist())
+    assert info["dropped_missing_logprob"] == info["missing_logprob_by_model"]["b"] > 0
+    assert info["rows"] + info["dropped_missing_logprob"] == info["rows_in"]
+
+
+def test_builder_streams_in_bounded_chunks(tmp_path):
+    cfg = make_run(tmp_path, n_docs=40, chunk_rows=7)
+    info = run_build(cfg)
+    assert info["rows_in"] > 5 * 7
+    assert info["max_chunk_rows"] <= 7  # never more than one chunk of rows in memory
+
+
+def test_index_rows_line_up_with_the_logprobs(tmp_path):
+    cfg = make_run(tmp_path, mode="logprobs", weight=1.0)
+    info = run_build(cfg)
+    matrix, index, _ = open_matrix(cfg)
+    d = info["d_embedding"]
+    lp = np.stack([index[f"logprob__{m}"].to_numpy() for m in ("a", "b", "c")], axis=1)
+    np.testing.assert_allclose(np.asarray(matrix[:, d:]) / info["scale_performance"], lp, rtol=1e-5)

@@ -1,0 +1,117 @@
+"""report.html driven in headless Chromium: sorting, filtering, the feature card, and inert hostile text."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bbox_sae.report import run_report
+from test_report import FEATURES, HOSTILE_LABEL, HOSTILE_WORD, N_HOLDOUT, N_IN_TOP, N_TRAIN, build_output_dir, report_config
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = Path(__file__).resolve().parents[1] / "test-artifacts" / "report.png"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="module")
+def report_url(tmp_path_factory) -> str:
+    out = build_output_dir(tmp_path_factory.mktemp("browser") / "run")
+    run_report(report_config(out))
+    return (out / "report.html").as_uri()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import Error, sync_playwright
+
+    with sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        except Error as err:
+            pytest.skip(f"{CHROMIUM} failed to launch: {err.message.splitlines()[0]}")
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, report_url):
+    """A fresh page; every dialog (an alert from injected script) is recorded and dismissed."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.goto(report_url)
+    page.wait_for_selector("#features tbody tr.feature-row")
+    yield page
+    assert page.dialogs == [], "a script from the corpus or a label ran"
+    page.close()
+
+
+def row_values(page, attribute: str) -> list[str]:
+    return page.eval_on_selector_all("#features tbody tr.feature-row", f"rows => rows.map(r => r.dataset.{attribute})")
+
+
+def open_card(page, latent: int):
+    page.click(f'#features tr.feature-row[data-latent="{latent}"]')
+    card = page.locator("#feature-card")
+    assert card.is_visible()
+    assert card.get_attribute("data-latent") == str(latent)
+    return card
+
+
+def test_sort_by_median_delta(page):
+    initial = [float(v) for v in row_values(page, "median")]
+    header = page.locator('#features th[data-sort="median_dlogp"]')
+    header.click()
+    ascending = [float(v) for v in row_values(page, "median")]
+    assert ascending == sorted(f[1] for f in FEATURES) and ascending != initial
+    assert header.get_attribute("aria-sort") == "ascending"
+    page.locator('#features th[data-sort="median_dlogp"]').click()
+    assert [float(v) for v in row_values(page, "median")] == sorted(ascending, reverse=True)
+
+
+def test_filter_by_model_kept_and_text(page):
+    page.select_option("#filter-model", "beta")
+    assert set(row_values(page, "better")) == {"beta"}
+    assert len(row_values(page, "better")) == sum(f[1] < 0 for f in FEATURES)
+    page.check("#filter-kept")
+    assert row_values(page, "latent") == ["3", "1"]  # beta's kept features, largest |median Δ| first
+    page.select_option("#filter-model", "")
+    page.uncheck("#filter-kept")
+    page.fill("#filter-text", "IF YOU")
+    assert row_values(page, "latent") == ["0"]
+    assert page.text_content("#row-count") == f"1 of {len(FEATURES)} features"
+
+
+def test_feature_card_shows_the_word_and_both_probabilities(page):
+    card = open_card(page, 0)
+    assert card.locator("#card-label").text_content() == "conditional 'were' after 'if you'"
+    assert card.locator("#card-label-source").text_content() == "llm:test-model"
+    train = card.locator("#card-train li.context")
+    assert train.count() == N_TRAIN and card.locator("#card-holdout li.context").count() == N_HOLDOUT
+    first = train.nth(0)
+    assert first.locator("mark.target").text_content() == "were"
+    lp_alpha, lp_beta = -1.0, -1.0 - 2.0 + 0.2  # rank 0 of latent 0 in the synthetic contexts
+    for model, lp in (("alpha", lp_alpha), ("beta", lp_beta)):
+        shown = first.locator(f'.prob[data-model="{model}"] .prob-value').text_content()
+        assert float(shown) == pytest.approx(math.exp(lp), rel=5e-3)
+    holdout_docs = card.locator("#card-holdout li.context").evaluate_all("items => items.map(i => i.dataset.docId)")
+    assert all(d.startswith("holdout-") for d in holdout_docs)
+    counts = card.locator("#card-hist rect").evaluate_all("bars => bars.map(b => Number(b.dataset.count))")
+    assert sum(counts) == N_IN_TOP
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert SCREENSHOT.stat().st_size > 0
+
+
+def test_hostile_text_shows_as_text_and_never_runs(page):
+    card = open_card(page, 3)
+    assert card.locator("#card-label").text_content() == HOSTILE_LABEL
+    assert card.locator("#card-train li.context").nth(0).locator("mark.target").text_content() == HOSTILE_WORD
+    assert page.evaluate("document.scripts.length") == 2
+    assert page.locator("#card-train script, #features script").count() == 0

@@ -1,0 +1,146 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from bbox_sae.config import config_from_dict
+from bbox_sae.sae import RowBatches, load_sae, run_dir_for, run_train
+from bbox_sae.sweep import expand_sweep, wandb_sweep_spec
+
+
+def planted_run(tmp_path, n=12000, d=48, m=64, k=3, **sae):
+    """Rows = sparse non-negative combinations of m known unit directions + noise + a mean offset."""
+    rng = np.random.default_rng(0)
+    directions = rng.normal(size=(m, d))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    codes = np.zeros((n, m))
+    for i in range(n):
+        codes[i, rng.choice(m, k, replace=False)] = rng.uniform(0.5, 2.0, k)
+    x = (codes @ directions + 0.01 * rng.normal(size=(n, d)) + 2.0).astype(np.float32)
+    out = tmp_path / "out"
+    (out / "build").mkdir(parents=True)
+    np.save(out / "build" / "matrix.npy", x)
+    split = np.where(rng.random(n) < 0.2, "holdout", "train")
+    pq.write_table(
+        pa.table({"row": np.arange(n), "doc_id": [str(i) for i in range(n)], "word_idx": np.zeros(n, np.int32), "split": split}),
+        out / "build" / "index.parquet",
+    )
+    (out / "build" / "build.json").write_text(json.dumps({"d_in": d}))
+    settings = {"architecture": "topk", "d_sae": 128, "k": k, "lr": 3e-3, "batch_size": 512, "epochs": 12, "dead_feature_window": 100, "checkpoint_every": 20}
+    settings.update(sae)
+    cfg = config_from_dict(
+        {
+            "output_dir": str(out),
+            "corpus": {"path": "x"},
+            "models": [{"name": "a", "source": "parquet", "path": "x"}, {"name": "b", "source": "parquet", "path": "x"}],
+            "sae": settings,
+            "wandb": {"mode": "offline"},
+        }
+    )
+    return cfg, directions
+
+
+@pytest.mark.parametrize("architecture", ["topk", "batchtopk"])
+def test_recovers_planted_directions(tmp_path, architecture):
+    cfg, directions = planted_run(tmp_path, architecture=architecture)
+    metrics = run_train(cfg)
+    sae = load_sae(run_dir_for(cfg))
+    w = sae.W_dec.detach().numpy()
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    best = (directions @ w.T).max(axis=1)
+    assert (best > 0.9).mean() >= 0.9
+    assert metrics["holdout"]["explained_variance"] > 0.9
+    assert metrics["holdout"]["mean_l0"] == pytest.approx(3, abs=0.5)
+    for f in ("cfg.json", "sae_weights.safetensors", "metrics.json", "config.yaml"):
+        assert (run_dir_for(cfg) / f).exists()
+
+
+def test_wandb_offline_run_has_the_logged_keys(tmp_path):
+    cfg, _ = planted_run(tmp_path, n=3000, epochs=3)
+    run_train(cfg)
+    runs = list((cfg.out / "wandb").rglob("offline-run-*"))
+    assert len(runs) == 1
+    blob = next(runs[0].glob("*.wandb")).read_bytes()
+    for key in (b"losses/mse_loss", b"metrics/l0", b"sparsity/dead_features", b"metrics/explained_variance", b"eval/log10_activation_frequency"):
+        assert key in blob
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_resume_continues_the_step_count(tmp_path, monkeypatch):
+    cfg, _ = planted_run(tmp_path, n=4000, epochs=6, checkpoint_every=10)
+    from bbox_sae import sae as sae_mod
+
+    calls = {"n": 0}
+    original = RowBatches.__next__
+
+    def dying_next(self):
+        calls["n"] += 1
+        if calls["n"] == 25:
+            raise KeyboardInterrupt  # killed mid-run, after the step-10 and step-20 checkpoints
+        return original(self)
+
+    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+    with pytest.raises(KeyboardInterrupt):
+        run_train(cfg)
+    monkeypatch.setattr(RowBatches, "__next__", original)
+    checkpoints = sorted(int(p.name) for p in (run_dir_for(cfg) / "checkpoints").iterdir() if (p / ".complete").exists())
+    assert checkpoints, "a checkpoint was written before the kill"
+    metrics = sae_mod.run_train(cfg, resume=True)
+    assert metrics["resumed_from_step"] == 20
+    total_steps = int(6 * np.sum(pq.read_table(cfg.out / "build" / "index.parquet")["split"].to_numpy(zero_copy_only=False) == "train")) // 512
+    assert metrics["steps"] == total_steps
+    assert metrics["rows_trained"] == (total_steps - 20) * 512
+
+
+def test_batches_stream_from_the_memory_map(tmp_path):
+    cfg, _ = planted_run(tmp_path, n=3000)
+    matrix = np.load(cfg.out / "build" / "matrix.npy", mmap_mode="r")
+    assert isinstance(matrix, np.memmap)
+    batches = RowBatches(matrix, np.arange(0, 3000, 2), batch_size=100, seed=0)
+    seen = [next(batches) for _ in range(15)]
+    assert all(b.shape == (100, matrix.shape[1]) for b in seen)
+    assert batches.rows_read_max == 100
+    again = RowBatches(matrix, np.arange(0, 3000, 2), batch_size=100, seed=0, skip_batches=12)
+    np.testing.assert_array_equal(next(again).numpy(), seen[12].numpy())
+
+
+def test_sweep_expands_the_cartesian_product(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "output_dir": str(tmp_path / "o"),
+                "corpus": {"path": "x"},
+                "models": [{"name": "a", "source": "parquet", "path": "x"}, {"name": "b", "source": "parquet", "path": "x"}],
+                "sae": {"d_sae": [100, 300, 1000], "k": [25, 50], "lr": 0.001},
+            }
+        )
+    )
+    runs = expand_sweep(path, [], None)
+    assert sorted((c.sae.d_sae, c.sae.k) for c in runs) == [(d, k) for d in (100, 300, 1000) for k in (25, 50)]
+    assert len({c.sae.resolved_run_name() for c in runs}) == 6
+    assert all(c.sae.lr == 0.001 for c in runs)
+    spec = wandb_sweep_spec(path, {"d_sae": [100, 300, 1000], "k": [25, 50]})
+    assert spec["parameters"]["sae.d_sae"]["values"] == [100, 300, 1000] and spec["method"] == "grid"
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    from bbox_sae.errors import NumericalError
+
+    cfg, _ = planted_run(tmp_path, n=4000, epochs=6, checkpoint_every=10)
+    original = RowBatches.__next__
+    calls = {"n": 0}
+
+    def poisoned(self):
+        calls["n"] += 1
+        batch = original(self)
+        return batch * float("nan") if calls["n"] == 15 else batch
+
+    monkeypatch.setattr(RowBatches, "__next__", poisoned)
+    with pytest.raises(NumericalError, match="loss became nan at step 14"):
+        run_train(cfg)
+    kept = [p for p in (run_dir_for(cfg) / "checkpoints").iterdir() if (p / ".complete").exists()]
+    assert [p.name for p in kept] == [str(10 * 512)]  # step 10 only; nothing after the bad step

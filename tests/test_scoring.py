@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bbox_sae.align import align_logprobs
+from bbox_sae.models import load_causal_lm
+from bbox_sae.scoring.base import plan_windows
+from bbox_sae.scoring.hf import HFScorer
+from bbox_sae.words import word_spans
+
+KINDS = ["smollm2", "gemma", "minilm"]
+START = {"smollm2": "<|endoftext|>", "gemma": None, "minilm": "[CLS]"}
+PIECES = st.sampled_from(
+    ["Hello", " world", "  ", "\t", "\r\n", "\n\n", "日本語", "🙂", "e\u0301", "café", "'s", " 12", "--", "!?", " If you were", "\u00a0", "Ω"]
+)
+TEXT = st.one_of(st.text(min_size=1, max_size=60), st.lists(PIECES, min_size=1, max_size=25).map("".join)).filter(lambda t: t.strip())
+
+
+@pytest.fixture(scope="module")
+def scorers(tiny_lm):
+    out = {}
+    for kind in KINDS:
+        model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+        out[kind] = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, batch_size=3)
+    return out
+
+
+@given(n=st.integers(0, 300), window=st.integers(2, 40), stride=st.integers(1, 39))
+@settings(max_examples=300, deadline=None)
+def test_windows_score_each_token_once_with_enough_context(n, window, stride):
+    if stride >= window:
+        return
+    targets = []
+    for w in plan_windows(n, window, stride):
+        assert w.end - w.begin <= window
+        for t in range(w.first_target, w.end):
+            targets.append(t)
+            assert t - w.begin >= min(window - stride, t)  # real left context (all of it near the start)
+    assert targets == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(text=TEXT)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_word_logprobs_sum_to_token_logprobs(scorers, kind, text):
+    scores = next(scorers[kind].score([("d", text)]))
+    words = align_logprobs(scores.offsets, scores.logprobs, word_spans(text))
+    assert len(scores.logprobs) == len(scores.token_ids)
+    assert np.isfinite(scores.logprobs).all()
+    assert np.isclose(words.sum(), scores.logprobs.sum(), rtol=1e-9, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+def test_sliding_windows_equal_one_window_when_it_covers_the_document(tiny_lm, kind):
+    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    text = "Were I to say it, if you were there, 12 men would go.\nThen again: 日本語 and café."
+    n = len(tok(text, add_special_tokens=False)["input_ids"])
+    one = HFScorer(kind, model, tok, start_token=START[kind], window=n + 1, stride=1)
+    big = HFScorer(kind, model, tok, start_token=START[kind], window=4 * n, stride=n)
+    a, b = next(one.score([("d", text)])), next(big.score([("d", text)]))
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_batching_and_padding_do_not_change_scores(tiny_lm):
+    model, tok = load_causal_lm(str(tiny_lm("smollm2")), torch.device("cpu"), torch.float32)
+    docs = [("a", "Short one."), ("b", "A rather longer document, " * 12), ("c", "Mid length text here, ok?")]
+    batched = HFScorer("s", model, tok, start_token="<|endoftext|>", window=32, stride=16, batch_size=8)
+    single = HFScorer("s", model, tok, start_token="<|endoftext|>", window=32, stride=16, batch_size=1)
+    for x, y in zip(batched.score(docs), single.score(docs)):
+        assert x.doc_id == y.doc_id
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
+
+
+def test_first_token_is_conditioned_on_the_start_token(tiny_lm):
+    model, tok = load_causal_lm(str(tiny_lm("gemma")), torch.device("cpu"), torch.float32)
+    scorer = HFScorer("g", model, tok, window=64, stride=32)
+    text = "Hello there"
+    scores = next(scorer.score([("d", text)]))
+    ids = torch.tensor([[tok.bos_token_id, *tok(text, add_special_tokens=False)["input_ids"]]])
+    with torch.inference_mode():
+        ref = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
+    np.testing.assert_allclose(scores.logprobs, ref.numpy(), atol=1e-4)
+
+
+def test_start_token_falls_back_to_eos_and_can_be_overridden(tokenizers):
+    from bbox_sae.errors import ConfigError
+    from bbox_sae.scoring.hf import start_token_id
+
+    tok = tokenizers["smollm2"]
+    assert start_token_id(tok, None) == tok.bos_token_id
+    assert start_token_id(tok, "<|endoftext|>") == tok.convert_tokens_to_ids("<|endoftext|>")
+    with pytest.raises(ConfigError, match="neither BOS nor EOS"):
+        start_token_id(tokenizers["minilm"], None)
