@@ -60,7 +60,15 @@ class ModelConfig(Section):
     concurrency: int = Field(default=4, ge=1, description="in-flight requests per endpoint")
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=5, ge=0)
+    backoff_base_s: float = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
+    backoff_max_s: float = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
     prompt_logprobs: bool = Field(default=False, description="use vLLM's prompt_logprobs extension")
+    prompt_format: Literal["tokens", "text"] = Field(
+        default="tokens", description="send windows as token ids (vLLM) or as text (servers that take only strings)"
+    )
+    max_tokens: int = Field(
+        default=0, ge=0, le=1, description="tokens generated after the echoed prompt: 0 for vLLM; 1 where 0 means unlimited"
+    )
 
     @model_validator(mode="after")
     def _check_source(self) -> "ModelConfig":

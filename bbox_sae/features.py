@@ -409,13 +409,19 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     contexts = contexts_table(cfg, examples, index, models)
     n_docs = read_table(cfg.out / "documents.parquet", columns=["doc_id"]).num_rows
     stats = corpus_stats(index, models, pairs, n_docs)
-    atomic_write_table(cfg.out / "top_activations.parquet", top_tbl)
-    atomic_write_table(cfg.out / "contexts.parquet", contexts)
-    atomic_write_table(cfg.out / "features.parquet", features)
-    atomic_write_json(cfg.out / "corpus_stats.json", stats)
+    dest = features_dir(cfg, baseline)
+    atomic_write_table(dest / "top_activations.parquet", top_tbl)
+    atomic_write_table(dest / "contexts.parquet", contexts)
+    atomic_write_table(dest / "features.parquet", features)
+    atomic_write_json(dest / "corpus_stats.json", stats)
     print_summary(features, stats)
     n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
     return {"live_latents": len({r["latent"] for r in feats}), "feature_rows": features.num_rows, "kept": n_kept, "source": baseline or "sae"}
+
+
+def features_dir(cfg: Config, baseline: str | None = None):
+    """Where a run's feature tables go: the output dir, or `baselines/<name>/` for a baseline."""
+    return cfg.out / "baselines" / baseline if baseline else cfg.out
 
 
 def _words_by_row(cfg: Config, index: pa.Table) -> np.ndarray:

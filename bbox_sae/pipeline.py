@@ -47,7 +47,13 @@ STAGES: list[Stage] = [
         lambda c: {**_dump(c, "features", "compare"), "negatives": [c.label.only_kept, c.label.validation_examples]},
         lambda c: [c.out / "features.parquet", c.out / "contexts.parquet"],
     ),
-    Stage("label", ("features",), lambda c: c.label.model_dump(mode="json", exclude={"concurrency", "dry_run"}), lambda c: [c.out / "features.parquet"]),
+    Stage(
+        "label",
+        ("features",),
+        # Operational knobs do not change the answers (and answers are cached anyway).
+        lambda c: c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"}),
+        lambda c: [c.out / "features.parquet"],
+    ),
     Stage("report", ("label",), lambda c: _dump(c, "report", "wandb"), lambda c: [c.out / "report.html", c.out / "report.md"]),
 ]
 STAGE_NAMES = [s.name for s in STAGES]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -119,9 +120,11 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True)
 
 
 def _model_key(model_cfg: ModelConfig) -> str:
-    relevant = model_cfg.model_dump(
-        mode="json", include={"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
-    )
+    fields = {"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
+    if model_cfg.source == "endpoint":
+        # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
+        fields.add("tokenizer")
+    relevant = model_cfg.model_dump(mode="json", include=fields)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -145,11 +148,33 @@ def score_model(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, shard:
     if not todo:
         return stats.as_dict()
     scorer = make_scorer(model_cfg, cfg)
-    total_docs = sum(ranges[k][1] - ranges[k][0] for k in todo)
     start = time.perf_counter()
+    try:
+        _score_shards(model_cfg, scorer, documents, table, [(k, ranges[k], keys[k]) for k in todo], stats)
+    except BaseException:
+        log.warning("%s (aborted)", throughput_line(model_cfg.name, _finish(stats, scorer, start)))
+        raise
+    return _finish(stats, scorer, start)
+
+
+def _finish(stats: ScoringStats, scorer, start: float) -> dict:
+    stats.seconds = time.perf_counter() - start
+    stats.retries = getattr(scorer, "retries", 0)
+    stats.failures = getattr(scorer, "failures", 0)
+    return stats.as_dict()
+
+
+def throughput_line(name: str, d: dict) -> str:
+    return (
+        f"score {name}: {d['documents']} documents, {d['tokens']} tokens in {d['seconds']:.1f} s "
+        f"({d['tokens_per_s']:.1f} tokens/s), {d['retries']} retries, {d['failures']} failures"
+    )
+
+
+def _score_shards(model_cfg: ModelConfig, scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats) -> None:
+    total_docs = sum(b - a for _, (a, b), _ in todo)
     with tqdm(total=total_docs, desc=f"score {model_cfg.name}", unit="doc", leave=False) as bar:
-        for k in todo:
-            a, b = ranges[k]
+        for k, (a, b), key in todo:
             part = documents.slice(a, b - a)
             ids_col, idx_col, lp_col = [], [], []
             pairs = list(zip(part["doc_id"].to_pylist(), part["text"].to_pylist()))
@@ -175,11 +200,7 @@ def score_model(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, shard:
                 },
                 schema=LOGPROB_SCHEMA,
             )
-            table.write(k, tbl, keys[k])
-    stats.seconds = time.perf_counter() - start
-    stats.retries = getattr(scorer, "retries", 0)
-    stats.failures = getattr(scorer, "failures", 0)
-    return stats.as_dict()
+            table.write(k, tbl, key)
 
 
 def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, table: ShardedTable, ranges, keys) -> None:
@@ -226,6 +247,7 @@ def run_score(cfg: Config, models: list[str] | None = None, shard_spec: str | No
     report = {}
     for m in chosen:
         report[m.name] = score_model(cfg, m, documents, shard)
+        tqdm.write(throughput_line(m.name, report[m.name]), file=sys.stderr)
         table = ShardedTable(cfg.out / "logprobs" / m.name)
         table.remove_extra(set(range(len(shard_ranges(documents.num_rows, cfg.corpus.shard_docs)))))
     if shard == (0, 1):

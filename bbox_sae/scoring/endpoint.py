@@ -1,0 +1,393 @@
+"""Remote scorer: OpenAI-compatible completions endpoints (vLLM; llama.cpp-style servers).
+
+Windows are planned with the local tokenizer exactly as HFScorer plans them, so a document
+gets the same tokens, start token and sliding windows as on the local path. Each window is
+sent as its token ids (`prompt_format: tokens`, which vLLM accepts) or as its text (`text`,
+for servers that only take strings), with `echo` and `max_tokens` 0 so the server scores the
+prompt and generates nothing; with `prompt_logprobs` vLLM's extension is read instead.
+
+A server answer is used only when it provably scored the tokens we sent:
+- echo: one entry per prompt token plus exactly `max_tokens` generated ones, the first entry
+  without a log-prob, and `text_offset` tiling the echoed token strings; in text mode the
+  echoed strings must also spell the window's text with our token boundaries;
+- prompt_logprobs: one entry per prompt token, each naming the very token id we planned.
+Anything else raises EndpointError naming the document: wrong numbers are never returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import httpx
+import numpy as np
+
+from bbox_sae.errors import ConfigError, EndpointError
+from bbox_sae.labeling import backoff_delay, retry_after_seconds
+from bbox_sae.scoring.base import TokenScores, Window, plan_windows
+from bbox_sae.scoring.hf import start_token_id, tokenize_with_offsets
+
+log = logging.getLogger(__name__)
+
+# vLLM clamps -inf log-probs to this so they survive JSON; we undo it.
+VLLM_LOGPROB_FLOOR = -9999.0
+
+_RETRY_STATUS = {408, 409, 425, 429}
+
+
+class _Transient(Exception):
+    """A failed attempt worth retrying; `retry_after_s` is the server's Retry-After, if any."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def completions_url(base: str) -> str:
+    base = base.rstrip("/")
+    if base.endswith("/completions"):
+        return base
+    if base.endswith("/v1"):
+        return base + "/completions"
+    return base + "/v1/completions"
+
+
+@dataclass
+class _Replica:
+    url: str
+    in_flight: int = 0
+    requests: int = 0
+
+
+class EndpointScorer:
+    """Scores documents on one or more replicas of a completions endpoint.
+
+    `retries` counts re-sent requests (after 429/5xx, timeouts, dropped connections or
+    malformed JSON); `failures` counts requests given up on (each one raises EndpointError).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        endpoints: list[str],
+        tokenizer,
+        *,
+        served_model: str | None = None,
+        start_token: str | None = None,
+        window: int = 1024,
+        stride: int = 512,
+        api_key: str | None = None,
+        concurrency: int = 4,
+        timeout_s: float = 120.0,
+        max_retries: int = 5,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        prompt_logprobs: bool = False,
+        prompt_format: str = "tokens",
+        max_tokens: int = 0,
+        seed: int | None = None,
+    ):
+        if not endpoints:
+            raise ConfigError(f"model '{name}': no endpoints")
+        if prompt_format not in ("tokens", "text"):
+            raise ConfigError(f"model '{name}': prompt_format must be 'tokens' or 'text', got '{prompt_format}'")
+        if not 1 <= stride < window:
+            raise ConfigError(f"model '{name}': need 1 <= stride < window, got stride={stride}, window={window}")
+        self.name = name
+        self.urls = [completions_url(u) for u in endpoints]
+        self.tokenizer = tokenizer
+        # Whole documents are tokenized before windowing; the length warning would be noise.
+        tokenizer.model_max_length = 10**12
+        self.start_id = start_token_id(tokenizer, start_token)
+        self.start_text = tokenizer.decode([self.start_id])
+        self.served_model = served_model or name
+        self.window = window
+        self.stride = stride
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.prompt_logprobs = prompt_logprobs
+        self.prompt_format = prompt_format
+        self.max_tokens = max_tokens
+        self.rng = random.Random(seed)
+        self.retries = 0
+        self.failures = 0
+        self.replicas = [_Replica(u) for u in self.urls]
+        self._next = 0
+        self._slots: asyncio.Condition | None = None
+
+    @classmethod
+    def from_config(cls, model_cfg, cfg) -> "EndpointScorer":
+        from transformers import AutoTokenizer
+
+        if not model_cfg.tokenizer:
+            raise ConfigError(f"model '{model_cfg.name}': source 'endpoint' needs `tokenizer` (hub id or dir) to plan windows")
+        api_key = None
+        if model_cfg.api_key_env:
+            api_key = os.environ.get(model_cfg.api_key_env)
+            if not api_key:
+                raise ConfigError(f"model '{model_cfg.name}': environment variable {model_cfg.api_key_env} (api_key_env) is not set")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer)
+        except OSError as err:
+            raise ConfigError(f"model '{model_cfg.name}': cannot load tokenizer '{model_cfg.tokenizer}': {str(err).splitlines()[0]}") from None
+        return cls(
+            model_cfg.name,
+            model_cfg.endpoints,
+            tokenizer,
+            served_model=model_cfg.served_model,
+            start_token=model_cfg.start_token,
+            window=model_cfg.window,
+            stride=model_cfg.stride,
+            api_key=api_key,
+            concurrency=model_cfg.concurrency,
+            timeout_s=model_cfg.timeout_s,
+            max_retries=model_cfg.max_retries,
+            backoff_base_s=model_cfg.backoff_base_s,
+            backoff_max_s=model_cfg.backoff_max_s,
+            prompt_logprobs=model_cfg.prompt_logprobs,
+            prompt_format=model_cfg.prompt_format,
+            max_tokens=model_cfg.max_tokens,
+            seed=cfg.seed,
+        )
+
+    # -- the sync interface the score stage uses ------------------------------------------------
+
+    def score(self, documents: Iterable[tuple[str, str]]) -> Iterator[TokenScores]:
+        """Every window of every document is in flight at once (within the concurrency limits);
+        results are yielded in document order, and the first failure anywhere is raised at once."""
+        docs = list(documents)
+        loop = asyncio.new_event_loop()
+        client = httpx.AsyncClient(
+            timeout=self.timeout_s,
+            limits=httpx.Limits(max_connections=self.concurrency * len(self.replicas)),
+        )
+        tasks: list[asyncio.Task] = []
+        failed = loop.create_future()
+
+        def note_failure(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None and not failed.done():
+                failed.set_exception(task.exception())
+
+        try:
+            self._slots = asyncio.Condition()
+            for r in self.replicas:
+                r.in_flight = 0
+            for doc_id, text in docs:
+                task = loop.create_task(self._score_doc(client, doc_id, text))
+                task.add_done_callback(note_failure)
+                tasks.append(task)
+            for task in tasks:
+                loop.run_until_complete(asyncio.wait([task, failed], return_when=asyncio.FIRST_COMPLETED))
+                if failed.done():
+                    failed.result()
+                yield task.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+            if not failed.done():
+                failed.cancel()
+            elif not failed.cancelled():
+                failed.exception()  # retrieved, so asyncio does not warn when we stopped early
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(client.aclose())
+            loop.close()
+
+    # -- documents and windows ------------------------------------------------------------------
+
+    async def _score_doc(self, client: httpx.AsyncClient, doc_id: str, text: str) -> TokenScores:
+        ids, offsets = tokenize_with_offsets(self.tokenizer, text)
+        input_ids = [self.start_id, *ids.tolist()]
+        windows = plan_windows(len(ids), self.window, self.stride)
+        parts = await asyncio.gather(*(self._score_window(client, doc_id, text, input_ids, offsets, w) for w in windows))
+        lp = np.concatenate(parts) if parts else np.zeros(0)
+        if len(lp) != len(ids):
+            raise EndpointError(f"model '{self.name}': document '{doc_id}': scored {len(lp)} of {len(ids)} tokens")
+        return TokenScores(doc_id, offsets, lp, ids)
+
+    def _window_text(self, text: str, offsets: np.ndarray, w: Window) -> tuple[str, int]:
+        """The window's prompt string and where its document part starts in the document."""
+        first, last = max(w.begin, 1) - 1, w.end - 2
+        c0, c1 = int(offsets[first, 0]), int(offsets[first : last + 1, 1].max())
+        prefix = self.start_text if w.begin == 0 else ""
+        return prefix + text[c0:c1], c0
+
+    def _payload(self, prompt) -> dict:
+        payload = {"model": self.served_model, "prompt": prompt, "echo": True, "max_tokens": self.max_tokens, "temperature": 0.0}
+        if self.prompt_logprobs:
+            payload["prompt_logprobs"] = 0
+        else:
+            payload["logprobs"] = 1
+        if self.prompt_format == "text":
+            # vLLM would otherwise prepend BOS to a text prompt; we send the start token ourselves.
+            payload["add_special_tokens"] = False
+        return payload
+
+    async def _score_window(self, client, doc_id: str, text: str, input_ids: list[int], offsets: np.ndarray, w: Window) -> np.ndarray:
+        sent = input_ids[w.begin : w.end]
+        if self.prompt_format == "text":
+            prompt, c0 = self._window_text(text, offsets, w)
+        else:
+            prompt = sent
+        body = await self._post(client, doc_id, self._payload(prompt))
+        where = f"model '{self.name}': document '{doc_id}', tokens {w.begin}-{w.end - 1}"
+        try:
+            choice = body["choices"][0]
+            if self.prompt_logprobs:
+                lps = _prompt_logprob_entries(choice, sent)
+            else:
+                tokens, lps = _echo_entries(choice, len(sent), self.max_tokens)
+                if self.prompt_format == "text":
+                    doc_first = 1 if w.begin == 0 else 0
+                    _check_text(tokens[doc_first:], text, c0, offsets[max(w.begin, 1) - 1 : w.end - 1, 1])
+        except _Misaligned as err:
+            raise EndpointError(f"{where}: the server's answer cannot be aligned with the local tokenizer: {err}") from None
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise EndpointError(f"{where}: unexpected response shape ({type(err).__name__}: {err})") from None
+        targets = lps[w.first_target - w.begin :]
+        missing = [w.first_target + i for i, v in enumerate(targets) if v is None]
+        if missing:
+            raise EndpointError(f"{where}: the server returned no log-prob for token position(s) {missing[:5]}")
+        out = np.asarray(targets, dtype=np.float64)
+        out[out <= VLLM_LOGPROB_FLOOR] = -np.inf
+        return out
+
+    # -- requests: replicas, concurrency, retries -----------------------------------------------
+
+    async def _acquire(self, avoid: _Replica | None) -> _Replica:
+        """The least busy replica with a free slot; ties go round-robin, away from `avoid` (the
+        replica that just failed this request)."""
+        assert self._slots is not None
+        async with self._slots:
+            while True:
+                free = [r for r in self.replicas if r.in_flight < self.concurrency]
+                if free:
+                    n = len(self.replicas)
+                    rank = {id(r): (r is avoid, r.in_flight, (i - self._next) % n) for i, r in enumerate(self.replicas)}
+                    chosen = min(free, key=lambda r: rank[id(r)])
+                    self._next = (self.replicas.index(chosen) + 1) % n
+                    chosen.in_flight += 1
+                    chosen.requests += 1
+                    return chosen
+                await self._slots.wait()
+
+    async def _release(self, replica: _Replica) -> None:
+        assert self._slots is not None
+        async with self._slots:
+            replica.in_flight -= 1
+            self._slots.notify()
+
+    async def _attempt(self, client: httpx.AsyncClient, replica: _Replica, payload: dict) -> dict:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                resp = await client.post(replica.url, json=payload, headers=self.headers)
+        except (TimeoutError, httpx.TimeoutException):
+            raise _Transient(f"no answer within {self.timeout_s:g} s") from None
+        except httpx.TransportError as err:
+            raise _Transient(f"connection failed: {type(err).__name__}: {err}") from None
+        if resp.status_code != 200:
+            detail = resp.text[:300].strip()
+            message = f"HTTP {resp.status_code}: {detail}"
+            if resp.status_code in _RETRY_STATUS or resp.status_code >= 500:
+                raise _Transient(message, retry_after_seconds(resp.headers))
+            raise EndpointError(message)
+        try:
+            body = resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise _Transient(f"malformed JSON ({err})") from None
+        if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+            raise _Transient(f"malformed response (no choices): {str(body)[:200]}")
+        return body
+
+    async def _post(self, client: httpx.AsyncClient, doc_id: str, payload: dict) -> dict:
+        replica = None
+        for attempt in range(self.max_retries + 1):
+            replica = await self._acquire(avoid=replica)
+            try:
+                return await self._attempt(client, replica, payload)
+            except EndpointError as err:
+                self.failures += 1
+                raise EndpointError(f"model '{self.name}': document '{doc_id}': {replica.url} refused the request: {err}") from None
+            except _Transient as err:
+                last, retry_after = str(err), err.retry_after_s
+            finally:
+                await self._release(replica)
+            if attempt == self.max_retries:
+                break
+            self.retries += 1
+            wait = backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self.rng.random(), retry_after)
+            log.info("model '%s': document '%s': %s: %s; retrying in %.2f s", self.name, doc_id, replica.url, last, wait)
+            await asyncio.sleep(wait)
+        self.failures += 1
+        raise EndpointError(
+            f"model '{self.name}': document '{doc_id}': gave up after {self.max_retries + 1} attempt(s); "
+            f"last error from {replica.url}: {last}"
+        )
+
+
+class _Misaligned(Exception):
+    pass
+
+
+def _echo_entries(choice: dict, n_sent: int, max_tokens: int) -> tuple[list[str], list[float | None]]:
+    """Token strings and log-probs of the prompt positions of an `echo` answer."""
+    lp = choice["logprobs"]
+    if not isinstance(lp, dict):
+        raise _Misaligned("no `logprobs` in the answer (does the server support echo with logprobs?)")
+    tokens, logprobs, offsets = lp["tokens"], lp["token_logprobs"], lp["text_offset"]
+    if not len(tokens) == len(logprobs) == len(offsets):
+        raise _Misaligned(f"{len(tokens)} tokens, {len(logprobs)} token_logprobs and {len(offsets)} text_offsets")
+    if len(tokens) != n_sent + max_tokens:
+        raise _Misaligned(
+            f"{len(tokens)} echoed entries for a prompt of {n_sent} tokens with max_tokens={max_tokens} "
+            f"(expected {n_sent + max_tokens}): the server tokenized differently or does not echo every prompt token"
+        )
+    if logprobs[0] is not None:
+        raise _Misaligned("the first echoed token has a log-prob, so it is not the first token sent")
+    for j in range(n_sent - 1):
+        if offsets[j + 1] != offsets[j] + len(tokens[j]):
+            raise _Misaligned(f"text_offset does not tile the echoed tokens at entry {j} ({offsets[j]} + {len(tokens[j])} != {offsets[j + 1]})")
+    return tokens[:n_sent], logprobs[:n_sent]
+
+
+def _prompt_logprob_entries(choice: dict, sent: list[int]) -> list[float | None]:
+    """vLLM's prompt_logprobs: one entry per prompt token, a dict keyed by token id."""
+    entries = choice["prompt_logprobs"]
+    if not isinstance(entries, list):
+        raise _Misaligned("no `prompt_logprobs` in the answer (is the server vLLM?)")
+    if len(entries) != len(sent):
+        raise _Misaligned(f"{len(entries)} prompt_logprobs entries for a prompt of {len(sent)} tokens")
+    if entries[0] is not None:
+        raise _Misaligned("the first prompt token has a log-prob, so it is not the first token sent")
+    out: list[float | None] = [None]
+    for j in range(1, len(sent)):
+        entry = (entries[j] or {}).get(str(sent[j]))
+        if entry is None:
+            raise _Misaligned(f"prompt token {j} is not token id {sent[j]} (got ids {sorted(entries[j] or {})[:5]})")
+        out.append(entry["logprob"] if isinstance(entry, dict) else entry)
+    return out
+
+
+def _check_text(tokens: list[str], text: str, c0: int, ends: np.ndarray) -> None:
+    """Text prompts are tokenized by the server: its echoed tokens must spell the window's text
+    with our token boundaries. Tokens sharing an end (the byte pieces of one character) are
+    compared as a group; a group the server could not render (empty, or with U+FFFD, as byte
+    pieces decoded one by one come out) is taken on trust, since the token count matched."""
+    at = c0
+    j = 0
+    while j < len(tokens):
+        k = j + 1
+        while k < len(tokens) and ends[k] == ends[j]:
+            k += 1
+        got, want = "".join(tokens[j:k]), text[at : ends[j]]
+        if got != want and got and "\ufffd" not in got:
+            raise _Misaligned(f"token {j} is {got!r} on the server but {want!r} locally (characters {at}-{int(ends[j])})")
+        at, j = int(ends[j]), k
