@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--force", action="append", default=[], choices=STAGES, help="redo this stage (and those after it)")
 
-    p = sub.add_parser("eval", help="evaluations (planted-difference recovery)")
-    p.add_argument("what", choices=["planted"])
+    p = sub.add_parser("eval", help="evidence: planted-difference recovery, ablations")
+    p.add_argument("what", choices=["planted", "ablation"])
     _common(p)
     p.add_argument("--rules", default=None, help="YAML file of planted rules (default configs/planted-rules.yaml)")
     return parser
@@ -126,10 +126,14 @@ def dispatch(args) -> int:
         from bbox_sae.pipeline import run_all
 
         run_all(cfg, force=args.force)
-    elif cmd == "eval":
+    elif cmd == "eval" and args.what == "planted":
         from bbox_sae.evaluation import run_planted
 
-        _print(run_planted(cfg, rules_path=args.rules))
+        run_planted(cfg, rules_path=args.rules)
+    elif cmd == "eval":
+        from bbox_sae.evaluation import run_ablation
+
+        run_ablation(cfg)
     return 0
 
 

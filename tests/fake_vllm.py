@@ -21,7 +21,6 @@ import time
 import torch
 from aiohttp import web
 
-from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.base import Window
 from bbox_sae.scoring.hf import HFScorer, _Job
 
@@ -31,8 +30,7 @@ FAULTS = {"429", "503", "400", "drop", "slow", "malformed", "drop_first", "wrong
 class Backend:
     """A tiny model behind one or more replicas."""
 
-    def __init__(self, model_dir):
-        model, tokenizer = load_causal_lm(str(model_dir), torch.device("cpu"), torch.float32)
+    def __init__(self, model, tokenizer):
         self.tokenizer = tokenizer
         self.scorer = HFScorer("fake", model, tokenizer, batch_size=1)
 

@@ -1,5 +1,6 @@
 """EndpointScorer against a vLLM-shaped server backed by the local scorer (tests/fake_vllm.py)."""
 
+import functools
 import json
 import os
 import signal
@@ -13,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from transformers import AutoTokenizer
 
 from assets import REPO, tiny_lm_dir
 from bbox_sae.artifacts import read_table
@@ -36,29 +36,35 @@ DOCS = [
 ]
 
 
+@functools.cache
+def lm(kind):
+    """One model and tokenizer per kind for the whole module: the Gemma tokenizer takes seconds to load."""
+    return load_causal_lm(str(tiny_lm_dir(kind)), torch.device("cpu"), torch.float32)
+
+
 @pytest.fixture(scope="module")
 def backends():
-    return {kind: Backend(tiny_lm_dir(kind)) for kind in KINDS}
+    return {kind: Backend(*lm(kind)) for kind in KINDS}
+
+
+def local_scores(kind, docs):
+    """batch_size 1 runs each window alone, as the server does."""
+    local = HFScorer(kind, *lm(kind), start_token=START[kind], window=WINDOW, stride=STRIDE, batch_size=1)
+    return {s.doc_id: s for s in local.score(docs)}
 
 
 @pytest.fixture(scope="module")
 def reference():
-    """Local scores of DOCS; batch_size 1 runs each window alone, as the server does."""
-    out = {}
-    for kind in KINDS:
-        model, tok = load_causal_lm(str(tiny_lm_dir(kind)), torch.device("cpu"), torch.float32)
-        local = HFScorer(kind, model, tok, start_token=START[kind], window=WINDOW, stride=STRIDE, batch_size=1)
-        out[kind] = {s.doc_id: s for s in local.score(DOCS)}
-    return out
+    return {kind: local_scores(kind, DOCS + TEXT_DOCS[1:2]) for kind in KINDS}
 
 
 def make_scorer(kind, urls, **kw):
     kw = {"served_model": "tiny", "start_token": START[kind], "window": WINDOW, "stride": STRIDE, "backoff_base_s": 0.01, **kw}
-    return EndpointScorer(kind, urls, AutoTokenizer.from_pretrained(tiny_lm_dir(kind)), **kw)
+    return EndpointScorer(kind, urls, lm(kind)[1], **kw)
 
 
 def n_windows(kind, docs):
-    tok = AutoTokenizer.from_pretrained(tiny_lm_dir(kind))
+    tok = lm(kind)[1]
     return sum(len(plan_windows(len(tok(text, add_special_tokens=False)["input_ids"]), WINDOW, STRIDE)) for _, text in docs)
 
 
@@ -74,6 +80,9 @@ def assert_same_as_local(ref, got, docs=DOCS):
         np.testing.assert_allclose(words_remote, words_local, atol=1e-5, rtol=0)
 
 
+# Text prompts cannot start a window inside a character (see the test below), so the long
+# document of the text mode is ASCII.
+TEXT_DOCS = [DOCS[0], ("unicode-short", "Ünïcödé — naïve café 🙂"), DOCS[2]]
 MODES = {
     "echo": {},
     "echo+1": {"max_tokens": 1},
@@ -85,12 +94,13 @@ MODES = {
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_remote_scores_equal_local_scores(backends, reference, kind, mode):
+    docs = TEXT_DOCS if mode == "text" else DOCS
     with FakeVLLM(backends[kind]) as srv:
         scorer = make_scorer(kind, [srv.url], **MODES[mode])
-        got = list(scorer.score(DOCS))
-    assert_same_as_local(reference[kind], got)
+        got = list(scorer.score(docs))
+    assert_same_as_local(reference[kind], got, docs)
     # every window went out once, the long document as several
-    assert len(srv.requests) == n_windows(kind, DOCS) > len(DOCS)
+    assert len(srv.requests) == n_windows(kind, docs) > len(docs)
     if mode != "text":
         start_id = scorer.start_id
         assert sum(r["prompt"][0] == start_id for r in srv.requests) == len(DOCS)
@@ -153,6 +163,13 @@ def test_text_mode_rejects_a_server_that_tokenizes_differently(backends):
             list(scorer.score(DOCS[:1]))
 
 
+def test_text_mode_refuses_a_window_that_starts_inside_a_character(backends):
+    with FakeVLLM(backends["smollm2"]) as srv:
+        scorer = make_scorer("smollm2", [srv.url], prompt_format="text")
+        with pytest.raises(EndpointError, match=r"document 'unicode'.*inside a character.*prompt_format: tokens"):
+            list(scorer.score(DOCS[1:2]))
+
+
 def test_vllm_floor_reads_as_minus_infinity(backends):
     with FakeVLLM(backends["smollm2"]) as srv:
         srv.always = "floor"
@@ -162,9 +179,7 @@ def test_vllm_floor_reads_as_minus_infinity(backends):
 
 def test_replicas_share_the_load_within_the_concurrency_limit(backends, reference):
     docs = [(f"d{i}", f"Document {i} is short but not empty.") for i in range(16)]
-    model, tok = load_causal_lm(str(tiny_lm_dir("smollm2")), torch.device("cpu"), torch.float32)
-    local = HFScorer("s", model, tok, start_token=START["smollm2"], window=WINDOW, stride=STRIDE, batch_size=1)
-    ref = {s.doc_id: s for s in local.score(docs)}
+    ref = local_scores("smollm2", docs)
     with FakeVLLM(backends["smollm2"], delay_s=0.05) as a, FakeVLLM(backends["smollm2"], delay_s=0.05) as b:
         scorer = make_scorer("smollm2", [a.url, b.url], concurrency=2)
         got = list(scorer.score(docs))
@@ -185,6 +200,7 @@ def test_a_dead_replica_is_routed_around(backends, reference):
 
 
 # -- config and the score stage ------------------------------------------------------------------
+# Two endpoint models ("a", "b"), each on its own smollm2 server, so requests count per model.
 
 
 def raw_config(tmp_path, servers, out="run", **model_kw):
@@ -193,16 +209,16 @@ def raw_config(tmp_path, servers, out="run", **model_kw):
         texts = [text for _, text in DOCS] + [f"Extra document {i}: café, naïve, 東京 {i}." for i in range(5)]
         corpus.write_text("".join(json.dumps({"id": f"doc{i}", "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(texts)))
     models = [
-        {"name": kind, "source": "endpoint", "endpoints": [url], "tokenizer": str(tiny_lm_dir(kind)), "served_model": "tiny",
-         "start_token": START[kind], "window": WINDOW, "stride": STRIDE, "backoff_base_s": 0.01, "timeout_s": 10.0, **model_kw}
-        for kind, url in servers.items()
+        {"name": name, "source": "endpoint", "endpoints": [url], "tokenizer": str(tiny_lm_dir("smollm2")), "served_model": "tiny",
+         "start_token": START["smollm2"], "window": WINDOW, "stride": STRIDE, "backoff_base_s": 0.01, "timeout_s": 10.0, **model_kw}
+        for name, url in servers.items()
     ]
     return {"output_dir": str(tmp_path / out), "cache_dir": str(tmp_path / "cache"), "corpus": {"path": str(corpus), "shard_docs": 2}, "models": models}
 
 
 def test_api_key_comes_from_the_environment(backends, tmp_path, monkeypatch):
     with FakeVLLM(backends["smollm2"], api_key="s3cret") as srv:
-        cfg = config_from_dict(raw_config(tmp_path, {"smollm2": srv.url, "gemma": srv.url}, api_key_env="BBOX_TEST_KEY"))
+        cfg = config_from_dict(raw_config(tmp_path, {"a": srv.url, "b": srv.url}, api_key_env="BBOX_TEST_KEY"))
         monkeypatch.delenv("BBOX_TEST_KEY", raising=False)
         with pytest.raises(ConfigError, match="BBOX_TEST_KEY"):
             EndpointScorer.from_config(cfg.models[0], cfg)
@@ -211,7 +227,7 @@ def test_api_key_comes_from_the_environment(backends, tmp_path, monkeypatch):
             list(EndpointScorer.from_config(cfg.models[0], cfg).score(DOCS[:1]))
         monkeypatch.setenv("BBOX_TEST_KEY", "s3cret")
         assert len(list(EndpointScorer.from_config(cfg.models[0], cfg).score(DOCS[:1]))) == 1
-    no_tokenizer = config_from_dict(raw_config(tmp_path, {"smollm2": srv.url, "gemma": srv.url}, tokenizer=None))
+    no_tokenizer = config_from_dict(raw_config(tmp_path, {"a": srv.url, "b": srv.url}, tokenizer=None))
     with pytest.raises(ConfigError, match="needs `tokenizer`"):
         EndpointScorer.from_config(no_tokenizer.models[0], no_tokenizer)
 
@@ -224,29 +240,29 @@ def logprob_tables(cfg):
 
 
 def test_sharded_workers_fill_one_output_and_report_throughput(backends, tmp_path, capsys):
-    with FakeVLLM(backends["smollm2"]) as smol, FakeVLLM(backends["gemma"]) as gem:
-        servers = {"smollm2": smol.url, "gemma": gem.url}
+    with FakeVLLM(backends["smollm2"]) as a, FakeVLLM(backends["smollm2"]) as b:
+        servers = {"a": a.url, "b": b.url}
         cfg = config_from_dict(raw_config(tmp_path, servers))
-        smol.faults = ["503"]
+        a.faults = ["503"]
         first = run_score(cfg, shard_spec="0/2")
         second = run_score(cfg, shard_spec="1/2")
         merge(cfg)
         whole = config_from_dict(raw_config(tmp_path, servers, out="whole"))
         run_score(whole)
     assert logprob_tables(cfg) == logprob_tables(whole)
-    for kind in KINDS:
-        assert first[kind]["documents"] + second[kind]["documents"] == 8
-        assert first[kind]["tokens"] > 0 and first[kind]["tokens_per_s"] > 0
-    assert first["smollm2"]["retries"] == 1 and first["smollm2"]["failures"] == 0
+    for name in servers:
+        assert first[name]["documents"] + second[name]["documents"] == 8
+        assert first[name]["tokens"] > 0 and first[name]["tokens_per_s"] > 0
+    assert first["a"]["retries"] == 1 and first["a"]["failures"] == 0
     assert json.loads((cfg.out / "logprobs" / "stats-0of2.json").read_text()) == first
     err = capsys.readouterr().err
-    assert f"score smollm2: {first['smollm2']['documents']} documents, {first['smollm2']['tokens']} tokens in" in err
+    assert f"score a: {first['a']['documents']} documents, {first['a']['tokens']} tokens in" in err
     assert "tokens/s), 1 retries, 0 failures" in err
 
 
 def test_a_killed_worker_resumes_without_redoing_finished_shards(backends, tmp_path):
-    with FakeVLLM(backends["smollm2"], delay_s=0.3) as smol, FakeVLLM(backends["gemma"], delay_s=0.3) as gem:
-        servers = {"smollm2": smol.url, "gemma": gem.url}
+    with FakeVLLM(backends["smollm2"], delay_s=0.3) as a, FakeVLLM(backends["smollm2"], delay_s=0.3) as b:
+        servers = {"a": a.url, "b": b.url}
         raw = raw_config(tmp_path, servers, concurrency=1)
         cfg = config_from_dict(raw)
         (tmp_path / "config.yaml").write_text(yaml.safe_dump(raw))
@@ -255,24 +271,24 @@ def test_a_killed_worker_resumes_without_redoing_finished_shards(backends, tmp_p
             [sys.executable, "-m", "bbox_sae", "score", "-c", str(tmp_path / "config.yaml"), "--shard", "0/2"],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
-        done = cfg.out / "logprobs" / "smollm2" / "part-00000.json"
+        done = cfg.out / "logprobs" / "a" / "part-00000.json"
         deadline = time.monotonic() + 60
         while not done.exists() and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         assert done.exists(), worker.stderr.read().decode()[-2000:]
-        assert not (cfg.out / "logprobs" / "gemma" / "part-00000.json").exists()
-        finished = cfg.out / "logprobs" / "smollm2" / "part-00000.parquet"
+        assert not (cfg.out / "logprobs" / "b" / "part-00000.json").exists()
+        finished = cfg.out / "logprobs" / "a" / "part-00000.parquet"
         mtime = finished.stat().st_mtime_ns
-        smol.delay_s = gem.delay_s = 0.0
-        before = {"smollm2": len(smol.requests), "gemma": len(gem.requests)}
+        a.delay_s = b.delay_s = 0.0
+        before = {"a": len(a.requests), "b": len(b.requests)}
         run_score(cfg, shard_spec="0/2")
-        # worker 0 owns shards 0 and 2 (documents 0-1 and 4-5); only smollm2's shard 0 was finished
+        # worker 0 owns shards 0 and 2 (documents 0-1 and 4-5); only a's shard 0 was finished
         docs = read_table(cfg.out / "documents.parquet")
         pairs = list(zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist()))
-        assert len(smol.requests) - before["smollm2"] == n_windows("smollm2", pairs[4:6])
-        assert len(gem.requests) - before["gemma"] == n_windows("gemma", pairs[0:2] + pairs[4:6])
+        assert len(a.requests) - before["a"] == n_windows("smollm2", pairs[4:6])
+        assert len(b.requests) - before["b"] == n_windows("smollm2", pairs[0:2] + pairs[4:6])
         assert finished.stat().st_mtime_ns == mtime
         run_score(cfg, shard_spec="1/2")
         merge(cfg)

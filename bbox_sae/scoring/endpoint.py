@@ -62,6 +62,8 @@ class _Replica:
     url: str
     in_flight: int = 0
     requests: int = 0
+    failures_in_row: int = 0
+    down_until: float = 0.0  # event-loop time
 
 
 class EndpointScorer:
@@ -180,7 +182,7 @@ class EndpointScorer:
         try:
             self._slots = asyncio.Condition()
             for r in self.replicas:
-                r.in_flight = 0
+                r.in_flight, r.failures_in_row, r.down_until = 0, 0, 0.0
             for doc_id, text in docs:
                 task = loop.create_task(self._score_doc(client, doc_id, text))
                 task.add_done_callback(note_failure)
@@ -234,6 +236,12 @@ class EndpointScorer:
     async def _score_window(self, client, doc_id: str, text: str, input_ids: list[int], offsets: np.ndarray, w: Window) -> np.ndarray:
         sent = input_ids[w.begin : w.end]
         if self.prompt_format == "text":
+            first = max(w.begin, 1) - 1
+            if first and offsets[first, 0] < offsets[first - 1, 1]:
+                raise EndpointError(
+                    f"model '{self.name}': document '{doc_id}': window at token {w.begin} starts inside a character, "
+                    "which a text prompt cannot express; use prompt_format: tokens"
+                )
             prompt, c0 = self._window_text(text, offsets, w)
         else:
             prompt = sent
@@ -263,12 +271,15 @@ class EndpointScorer:
     # -- requests: replicas, concurrency, retries -----------------------------------------------
 
     async def _acquire(self, avoid: _Replica | None) -> _Replica:
-        """The least busy replica with a free slot; ties go round-robin, away from `avoid` (the
-        replica that just failed this request)."""
+        """The least busy replica with a free slot, skipping replicas resting after a failure
+        while any other is up; ties go round-robin, away from `avoid` (the replica that just
+        failed this request)."""
         assert self._slots is not None
         async with self._slots:
             while True:
-                free = [r for r in self.replicas if r.in_flight < self.concurrency]
+                now = asyncio.get_running_loop().time()
+                pool = [r for r in self.replicas if r.down_until <= now] or self.replicas
+                free = [r for r in pool if r.in_flight < self.concurrency]
                 if free:
                     n = len(self.replicas)
                     rank = {id(r): (r is avoid, r.in_flight, (i - self._next) % n) for i, r in enumerate(self.replicas)}
@@ -277,12 +288,24 @@ class EndpointScorer:
                     chosen.in_flight += 1
                     chosen.requests += 1
                     return chosen
-                await self._slots.wait()
+                resting = [r.down_until - now for r in self.replicas if r.down_until > now]
+                try:
+                    # wake when a slot frees or a resting replica is back
+                    await asyncio.wait_for(self._slots.wait(), timeout=min(resting) if resting else None)
+                except TimeoutError:
+                    pass
 
-    async def _release(self, replica: _Replica) -> None:
+    async def _release(self, replica: _Replica, ok: bool | None) -> None:
+        """`ok` False (a transient failure) rests the replica, longer after each failure in a row."""
         assert self._slots is not None
         async with self._slots:
             replica.in_flight -= 1
+            if ok:
+                replica.failures_in_row, replica.down_until = 0, 0.0
+            elif ok is False:
+                replica.failures_in_row += 1
+                rest = min(self.backoff_max_s, self.backoff_base_s * 2 ** (replica.failures_in_row - 1))
+                replica.down_until = asyncio.get_running_loop().time() + rest
             self._slots.notify()
 
     async def _attempt(self, client: httpx.AsyncClient, replica: _Replica, payload: dict) -> dict:
@@ -311,15 +334,18 @@ class EndpointScorer:
         replica = None
         for attempt in range(self.max_retries + 1):
             replica = await self._acquire(avoid=replica)
+            ok = None
             try:
-                return await self._attempt(client, replica, payload)
+                body = await self._attempt(client, replica, payload)
+                ok = True
+                return body
             except EndpointError as err:
                 self.failures += 1
                 raise EndpointError(f"model '{self.name}': document '{doc_id}': {replica.url} refused the request: {err}") from None
             except _Transient as err:
-                last, retry_after = str(err), err.retry_after_s
+                ok, last, retry_after = False, str(err), err.retry_after_s
             finally:
-                await self._release(replica)
+                await self._release(replica, ok)
             if attempt == self.max_retries:
                 break
             self.retries += 1

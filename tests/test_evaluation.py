@@ -1,0 +1,42 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from bbox_sae.errors import ConfigError
+from bbox_sae.evaluation import PlantedRule, load_rules, planted_logprobs, rule_masks
+from bbox_sae.words import split_words
+
+
+def test_shipped_rules_match_what_they_say():
+    rules, noise, seed = load_rules("configs/planted-rules.yaml")
+    by_name = {r.name: r for r in rules}
+    text = "ROMEO.\nIf it were so, Juliet, thou art fair.\n\nJULIET.\nThey were here, and thy father too."
+    words = split_words(text)
+    hits = {n: [words[i] for i in np.flatnonzero(r.matches(words))] for n, r in by_name.items()}
+    assert hits["speaker-tag"] == ["ROMEO", "JULIET"]
+    assert hits["were-after-if"] == [" were"]
+    assert hits["thou-forms"] == [" thou", " thy"]
+    assert hits["comma-before-capital"] == [","]
+    assert noise == 0.1 and seed == 0
+
+
+def test_planted_logprobs_add_the_delta_only_where_rules_match():
+    words = pa.table({"doc_id": ["a"] * 4 + ["b"] * 2, "word": ["If", " it", " were", " so", "If", " were"]})
+    rule = PlantedRule(name="w", delta=-3.0, word="(?i)^were$", left="(?i)\\bif\\b")
+    masks = rule_masks(words, [rule])
+    assert masks["w"].tolist() == [False, False, True, False, False, True]
+    lp_a = np.full(6, -2.0)
+    lp_b = planted_logprobs(lp_a, masks, [rule], noise_std=0.0, seed=0)
+    assert lp_b.tolist() == [-2.0, -2.0, -5.0, -2.0, -2.0, -5.0]
+    up = planted_logprobs(lp_a, masks, [PlantedRule(name="w", delta=3.0, word="x")], noise_std=0.0, seed=0)
+    assert (up <= 0).all()  # still a valid log-prob
+
+
+def test_bad_rules_file(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text("rules:\n  - {name: x, delta: 1, word: '(unclosed'}\n")
+    with pytest.raises(ConfigError, match=r"rules\[0\]"):
+        load_rules(p)
+    p.write_text("rules:\n  - {name: x, delta: 1, colour: red}\n")
+    with pytest.raises(ConfigError, match="colour"):
+        load_rules(p)
