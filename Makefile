@@ -32,8 +32,11 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/run_all.py
 
+# Not -march=native: on VMs that advertise AMX without enabling it, the native build dies with
+# SIGILL on its first matrix multiply. AVX2 runs on any recent x86-64.
 llamacpp: setup
-	$(PY) -m pip install 'llama-cpp-python[server]==0.3.36'
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+	  $(PY) -m pip install 'llama-cpp-python[server]==0.3.36'
 
 clean:
 	rm -rf runs .cache .pytest_cache

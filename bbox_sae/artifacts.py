@@ -96,10 +96,12 @@ class ShardedTable:
         return self.dir / f"part-{index:05d}.json"
 
     def has(self, index: int, key: str | None = None) -> bool:
-        """A shard counts as done when its sidecar exists, names the same key and the file size matches.
+        """A shard counts as done when its sidecar exists, names the same key and its checksum matches.
 
         `key` identifies what the shard was computed from (e.g. a hash of its document ids and
         the settings), so a shard computed for other inputs is redone rather than reused.
+        The checksum (not just the size) is checked so that a shard corrupted on disk is
+        recomputed by the next run of its stage instead of being kept and failing every reader.
         """
         sidecar = self._sidecar(index)
         path = self.shard_path(index)
@@ -107,11 +109,14 @@ class ShardedTable:
             return False
         try:
             meta = json.loads(sidecar.read_text())
-        except (json.JSONDecodeError, OSError):
+        except (json.JSONDecodeError, OSError, UnicodeDecodeError):
             return False
-        if key is not None and meta.get("key") != key:
+        if not isinstance(meta, dict) or (key is not None and meta.get("key") != key):
             return False
-        return meta.get("bytes") == path.stat().st_size
+        try:
+            return meta.get("bytes") == path.stat().st_size and meta.get("sha256") == sha256_file(path)
+        except OSError:
+            return False
 
     def write(self, index: int, table: pa.Table, key: str | None = None) -> None:
         data = table_bytes(table)
@@ -124,25 +129,51 @@ class ShardedTable:
     def indices(self) -> list[int]:
         if not self.dir.exists():
             return []
-        return sorted(int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.json"))
+        found = []
+        for p in self.dir.glob("part-*.json"):
+            try:
+                found.append(int(p.stem.split("-")[1]))
+            except ValueError:  # not one of ours (e.g. part-x.json); ignore rather than crash
+                continue
+        return sorted(found)
 
     def verify(self, indices: Iterable[int] | None = None) -> list[int]:
-        """Return the shards whose content does not match their checksum (and drop their sidecars)."""
+        """Return the shards whose content does not match their checksum.
+
+        Read-only: the bad shard keeps its sidecar, so every reader keeps refusing it until its
+        stage recomputes it (`has` checks the checksum). Dropping the sidecar here would turn the
+        shard into a silent gap that a later reader could skip without noticing.
+        """
         bad = []
         for i in self.indices() if indices is None else indices:
             sidecar, path = self._sidecar(i), self.shard_path(i)
             try:
                 meta = json.loads(sidecar.read_text())
                 ok = path.exists() and sha256_file(path) == meta["sha256"]
-            except (OSError, json.JSONDecodeError, KeyError):
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
                 ok = False
             if not ok:
                 bad.append(i)
-                sidecar.unlink(missing_ok=True)
         return bad
 
+    def orphans(self) -> list[int]:
+        """Shards whose Parquet file exists without a sidecar: a write interrupted before it finished."""
+        if not self.dir.exists():
+            return []
+        done = set(self.indices())
+        found = []
+        for p in self.dir.glob("part-*.parquet"):
+            try:
+                i = int(p.stem.split("-")[1])
+            except ValueError:
+                continue
+            if i not in done:
+                found.append(i)
+        return sorted(found)
+
     def remove_extra(self, keep: set[int]) -> None:
-        for i in self.indices():
+        # Orphans too: a killed run of a larger input may have left a shard file without sidecar.
+        for i in sorted(set(self.indices()) | set(self.orphans())):
             if i not in keep:
                 self._sidecar(i).unlink(missing_ok=True)
                 self.shard_path(i).unlink(missing_ok=True)
@@ -161,6 +192,13 @@ def resolve_files(path: str | Path, verify: bool = True) -> list[Path]:
         indices = table.indices()
         if not indices:
             raise ArtifactError(f"{path}: no complete shards (was the stage run?)")
+        # Shards are numbered from 0 without gaps; a gap or a shard without its sidecar is
+        # unfinished work, and reading around it would silently lose rows.
+        gaps = sorted(set(range(indices[-1] + 1)) - set(indices))
+        orphans = table.orphans()
+        if gaps or orphans:
+            names = ", ".join(table.shard_path(i).name for i in sorted(set(gaps) | set(orphans)))
+            raise ArtifactError(f"{path}: incomplete shard(s) {names} (interrupted run?); re-run the stage to finish them")
         if verify:
             bad = table.verify(indices)
             if bad:

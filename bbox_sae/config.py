@@ -19,8 +19,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bbox_sae.errors import ConfigError
 
 
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # A NUL in a path or name would only fail later, deep in the OS layer, as a bare ValueError.
+        if _has_nul(value):
+            raise ValueError("contains a NUL character")
+        return value
 
 
 class CorpusConfig(Section):
@@ -80,6 +96,8 @@ class ModelConfig(Section):
             raise ValueError(f"model '{self.name}': source 'gguf' needs `path` or `package` + `file`")
         if self.source == "endpoint" and not self.endpoints:
             raise ValueError(f"model '{self.name}': source 'endpoint' needs `endpoints`")
+        if self.source == "endpoint" and not self.tokenizer:
+            raise ValueError(f"model '{self.name}': source 'endpoint' needs `tokenizer` (hub id or dir) to plan its windows")
         return self
 
 
@@ -318,6 +336,11 @@ def load_raw(path: str | Path) -> dict:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    except ValueError as err:
+        # PyYAML lets int() errors through, e.g. an integer past Python's 4300-digit limit.
+        raise ConfigError(f"{path}: invalid YAML: {str(err).split(';')[0]}") from None
     if raw is None:
         raise ConfigError(f"{path}: config file is empty")
     return raw

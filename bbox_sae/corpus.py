@@ -82,6 +82,9 @@ def read_jsonl(path: Path, cfg: CorpusConfig) -> Iterator[Document]:
                 raise CorpusError(f"{where}: malformed JSON: {err.msg} (column {err.colno})") from None
             except RecursionError:
                 raise CorpusError(f"{where}: malformed JSON: nested too deeply") from None
+            except ValueError as err:
+                # Not a JSONDecodeError: e.g. an integer past Python's 4300-digit parsing limit.
+                raise CorpusError(f"{where}: malformed JSON: {str(err).split(';')[0]}") from None
             if not isinstance(obj, dict):
                 raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
             for field in (cfg.id_field, cfg.text_field):
@@ -96,10 +99,15 @@ def read_jsonl(path: Path, cfg: CorpusConfig) -> Iterator[Document]:
 
 
 def _read_txt_file(path: Path, doc_id: str) -> Document:
+    data = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise CorpusError(f"{path}: not valid UTF-8 (byte {err.start})") from None
+        line = data.count(b"\n", 0, err.start) + 1
+        raise CorpusError(f"{path}:{line}: not valid UTF-8 (byte {err.start} of the file)") from None
+    if "\x00" in text:
+        # Name the line, as for JSONL; "field 'text'" would mean nothing for a plain text file.
+        raise CorpusError(f"{path}:{text.count(chr(10), 0, text.index(chr(0))) + 1}: contains a NUL character")
     text = text.removeprefix("\ufeff")
     return Document(doc_id, _check_text(text, str(path), "text"), None, str(path))
 
@@ -202,7 +210,7 @@ def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None =
         if doc.id in seen:
             first = seen[doc.id]
             if first.text != doc.text:
-                raise CorpusError(f"{doc.where}: field '{cfg.id_field}': duplicate id '{doc.id}' with different text (first at {first.where})")
+                raise CorpusError(f"{doc.where}: field '{cfg.id_field}': duplicate id {doc.id!r} with different text (first at {first.where})")
             stats.duplicates_dropped += 1
             continue
         seen[doc.id] = doc

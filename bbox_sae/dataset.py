@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, resolve_files
 from bbox_sae.config import Config
+from bbox_sae.corpus import shard_ranges
 from bbox_sae.errors import ArtifactError
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,40 @@ def _chunks(cfg: Config, models: list[str], chunk_rows: int) -> Iterator[_Chunk]
             yield _Chunk(words, emb, lp, valid)
 
 
+def _remove_stale_temps(out: Path) -> None:
+    """Temp files of builds killed mid-write (their pid is gone); a live build's are left alone."""
+    for tmp in list(out.glob(".matrix.npy.tmp*")) + list(out.glob(".index.parquet.tmp*")):
+        pid = tmp.name.rsplit(".tmp", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_build(cfg: Config) -> dict:
     out = cfg.out / "build"
     out.mkdir(parents=True, exist_ok=True)
+    # build.json is written last and withdrawn first: while it is absent (a build running or
+    # killed between replacing matrix.npy and index.parquet) `open_matrix` refuses the pair.
+    (out / "build.json").unlink(missing_ok=True)
+    _remove_stale_temps(out)
     models = [m.name for m in cfg.models]
+    n_docs = read_table(cfg.out / "documents.parquet", columns=["doc_id"]).num_rows
+    expected = set(range(len(shard_ranges(n_docs, cfg.corpus.shard_docs))))
     for path in [cfg.out / "words", cfg.out / "embeddings", *[cfg.out / "logprobs" / m for m in models]]:
         resolve_files(path)  # verifies every shard's checksum before we trust it
+        # ... and every shard of documents.parquet must be there: a missing one is lost words.
+        missing = sorted(expected - set(ShardedTable(path).indices()))
+        if missing:
+            raise ArtifactError(f"{path}: shard(s) {missing} missing (incomplete run?); re-run the stage that writes it")
     mode, weight, chunk_rows = cfg.build.performance, cfg.build.output_feature_weight, cfg.build.chunk_rows
     stats = BuildStats(dropped_by_model={m: 0 for m in models})
 
@@ -221,11 +250,19 @@ def open_matrix(cfg: Config) -> tuple[np.ndarray, pa.Table, dict]:
     import json
 
     out = cfg.out / "build"
-    if not (out / "matrix.npy").exists():
-        raise ArtifactError(f"{out / 'matrix.npy'}: not found; run `bbox build`")
-    matrix = np.load(out / "matrix.npy", mmap_mode="r")
+    for name in ("matrix.npy", "index.parquet", "build.json"):
+        if not (out / name).exists():
+            # build.json is the last file a build writes: without it the build did not finish.
+            raise ArtifactError(f"{out / name}: not found (build not run, or interrupted); run `bbox build`")
+    try:
+        info = json.loads((out / "build.json").read_text())
+        matrix = np.load(out / "matrix.npy", mmap_mode="r")
+    except (OSError, ValueError) as err:
+        raise ArtifactError(f"{out}: cannot read the built matrix: {err}; re-run `bbox build`") from None
     index = read_table(out / "index.parquet")
-    info = json.loads((out / "build.json").read_text())
-    if matrix.shape[0] != index.num_rows:
-        raise ArtifactError(f"{out}: matrix has {matrix.shape[0]} rows but index has {index.num_rows}; re-run `bbox build`")
+    rows = info.get("rows", matrix.shape[0]) if isinstance(info, dict) else -1
+    if not (matrix.shape[0] == index.num_rows == rows):
+        raise ArtifactError(
+            f"{out}: matrix has {matrix.shape[0]} rows, index {index.num_rows}, build.json {rows}; re-run `bbox build`"
+        )
     return matrix, index, info

@@ -25,7 +25,7 @@ from bbox_sae.align import token_word_ranges
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table
 from bbox_sae.config import Config, EmbeddingConfig
 from bbox_sae.corpus import doc_key, shard_ranges
-from bbox_sae.errors import ConfigError
+from bbox_sae.errors import ArtifactError, ConfigError
 from bbox_sae.words import word_spans
 
 log = logging.getLogger(__name__)
@@ -220,6 +220,6 @@ def run_embed(cfg: Config) -> dict:
     table.remove_extra(set(range(len(ranges))))
     bad = table.verify()
     if bad:
-        raise ConfigError(f"embeddings: shard(s) {bad} failed their checksum; re-run `bbox embed`")
+        raise ArtifactError(f"embeddings: shard(s) {bad} failed their checksum; re-run `bbox embed`")
     atomic_write_json(cfg.out / "embeddings" / "stats.json", stats)
     return stats

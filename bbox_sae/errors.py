@@ -4,6 +4,13 @@
 class BBoxError(Exception):
     """Base class: the message is complete and user-facing."""
 
+    def __init__(self, message: object = "", *args: object):
+        # Messages quote user data (document ids, YAML keys) that may hold line breaks; escape
+        # them so the promise of one line (no traceback-like output, greppable logs) holds.
+        if isinstance(message, str):
+            message = message.replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(message, *args)
+
 
 class ConfigError(BBoxError):
     pass

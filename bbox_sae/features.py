@@ -410,10 +410,14 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     n_docs = read_table(cfg.out / "documents.parquet", columns=["doc_id"]).num_rows
     stats = corpus_stats(index, models, pairs, n_docs)
     dest = features_dir(cfg, baseline)
+    # features.parquet is the table later stages start from: withdraw the old one before writing
+    # the new companions and write it last, so a run killed in between never pairs an old
+    # features.parquet with new contexts (label and report would trust the mix).
+    (dest / "features.parquet").unlink(missing_ok=True)
     atomic_write_table(dest / "top_activations.parquet", top_tbl)
     atomic_write_table(dest / "contexts.parquet", contexts)
-    atomic_write_table(dest / "features.parquet", features)
     atomic_write_json(dest / "corpus_stats.json", stats)
+    atomic_write_table(dest / "features.parquet", features)
     print_summary(features, stats)
     n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
     return {"live_latents": len({r["latent"] for r in feats}), "feature_rows": features.num_rows, "kept": n_kept, "source": baseline or "sae"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import time
@@ -21,6 +22,8 @@ from typing import Callable, Iterator
 from bbox_sae.artifacts import atomic_write_json
 from bbox_sae.config import Config
 from bbox_sae.errors import LockError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -85,56 +88,67 @@ def read_manifest(out: Path) -> dict:
         return {"stages": {}}
 
 
-def _pid_alive(pid: int) -> bool:
+def _read_holder(path: Path) -> dict:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 @contextmanager
 def run_lock(out: Path) -> Iterator[None]:
-    """One `bbox run` per output dir; a lock left by a dead process on this host is taken over."""
+    """One `bbox run` per output dir, held as an flock on `<out>/.lock` (which names the holder).
+
+    The kernel drops an flock when its process dies, however it dies, so a lock left by a
+    killed run is simply free: the next run takes it over. Taking over by renaming the file
+    instead (after a pid check) races: two takers could each move the other's fresh lock away.
+    """
+    import fcntl
+
     out.mkdir(parents=True, exist_ok=True)
     path = out / ".lock"
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    for _ in range(2):
+    for _ in range(20):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                holder = {}
-            same_host = holder.get("host") == me["host"]
-            if same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]):
-                # Stale: its process is gone. Replace atomically so two takers cannot both win.
-                stale = path.with_name(f".lock.stale.{os.getpid()}")
-                try:
-                    os.replace(path, stale)
-                    stale.unlink(missing_ok=True)
-                except FileNotFoundError:
-                    pass
-                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _read_holder(path)
             raise LockError(
                 f"{out} is in use by another bbox run (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
-                f"started {holder.get('started', '?')}); wait for it, or delete {path} if that process is gone"
+                f"started {holder.get('started', '?')}); wait for it to finish"
             ) from None
-        with os.fdopen(fd, "w") as fh:
-            json.dump(me, fh)
-        break
+        except OSError as err:
+            os.close(fd)
+            raise LockError(f"{path}: cannot lock ({err.strerror}); is the output dir on a filesystem without locks?") from None
+        # The holder before us may have unlinked the file between our open and our flock: then we
+        # locked an orphan inode and must start over on the current file.
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
     else:
         raise LockError(f"{out}: could not take the lock {path}")
     try:
+        previous = _read_holder(path)
+        if previous.get("pid") not in (None, me["pid"]):
+            log.warning("took over %s from pid %s on %s (that run is gone)", path, previous.get("pid"), previous.get("host"))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        os.fsync(fd)
         yield
     finally:
+        # Unlink while still holding the lock, so nobody can lock this inode and think it current.
         path.unlink(missing_ok=True)
+        os.close(fd)
 
 
-def _run_stage(name: str, cfg: Config) -> dict | None:
+def _run_stage(name: str, cfg: Config, key: str | None = None) -> dict | None:
     group = cfg.wandb.group or cfg.out.name
     if name == "score":
         from bbox_sae.scoring.stage import run_score
@@ -156,7 +170,8 @@ def _run_stage(name: str, cfg: Config) -> dict | None:
     if name == "train":
         from bbox_sae.sae import run_train
 
-        return run_train(cfg, wandb_group=group)
+        # A run killed mid-training resumes from its last checkpoint when the key still matches.
+        return run_train(cfg, wandb_group=group, resume_key=key)
     if name == "features":
         from bbox_sae.features import run_features
 
@@ -203,7 +218,7 @@ def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str
                 continue
             console.print(f"[{i}/{len(STAGES)}] {stage.name} ...")
             start = time.perf_counter()
-            result = _run_stage(stage.name, cfg)
+            result = _run_stage(stage.name, cfg, keys[stage.name])
             seconds = time.perf_counter() - start
             timings[stage.name] = round(seconds, 2)
             manifest["stages"][stage.name] = {

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -155,13 +157,43 @@ def _latest_checkpoint(checkpoints: Path) -> Path | None:
     return max(done, key=lambda p: int(p.name)) if done else None
 
 
-def train_sae(cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None) -> dict:
+def _save_inference_model(sae, run_dir: Path) -> None:
+    """sae-lens's save, made atomic: weights, then cfg.json (what `load_sae` and `bbox run` look
+    for) last, each moved into place by rename, so a kill mid-save leaves no torn model. cfg.json
+    is rewritten with sorted keys: sae-lens's key order varies between processes, and a re-run
+    should give identical files."""
+    tmp = Path(tempfile.mkdtemp(prefix=".save.", dir=run_dir))
+    try:
+        weights, cfg_path = sae.save_inference_model(tmp)
+        with open(weights, "rb") as fh:
+            os.fsync(fh.fileno())
+        cfg_data = json.loads(Path(cfg_path).read_text())
+        os.replace(weights, run_dir / Path(weights).name)
+        atomic_write_json(run_dir / Path(cfg_path).name, cfg_data)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def train_sae(
+    cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None
+) -> dict:
+    """Train one SAE into `run_dir`.
+
+    `resume_key` (set by `bbox run`: the train stage's key) resumes automatically, but only from
+    checkpoints written under the same key, i.e. for the same matrix and settings.
+    """
     from sae_lens.config import LoggingConfig, SAETrainerConfig
 
     from bbox_sae.models import resolve_device
     from bbox_sae.tracking import wandb_run
 
     sae_cfg = cfg.sae
+    # Withdraw the previous model first: until this run saves its own, nothing in run_dir
+    # claims to be a finished SAE (a killed run must not leave the old one looking current).
+    for name in ("cfg.json", "metrics.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    for stale in run_dir.glob(".save.*"):
+        shutil.rmtree(stale, ignore_errors=True)
     torch.manual_seed(sae_cfg.seed)
     device = str(resolve_device(sae_cfg.device))
     matrix, index, info = open_matrix(cfg)
@@ -173,9 +205,17 @@ def train_sae(cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str
     batch = min(sae_cfg.batch_size, len(train_rows))
     total_steps = max(1, total_rows // batch)
     checkpoints = run_dir / "checkpoints"
+    key_file = checkpoints / "key.txt"
+    if resume_key is not None:
+        try:
+            resume = key_file.read_text().strip() == resume_key
+        except OSError:
+            resume = False
     latest = _latest_checkpoint(checkpoints) if resume else None
     if not resume and checkpoints.exists():
         shutil.rmtree(checkpoints)
+    if resume_key is not None:
+        atomic_write_text(key_file, resume_key + "\n")
 
     if latest is not None:
         sae = load_training_sae(sae_cfg, latest, device)
@@ -228,7 +268,7 @@ def train_sae(cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str
         trainer.fit()
         seconds = time.perf_counter() - start
         trained_rows = (trainer.n_training_steps - steps_before) * batch
-        sae.save_inference_model(run_dir)
+        _save_inference_model(sae, run_dir)
         inference = load_sae(run_dir, device)
         metrics = {
             "run_name": run_dir.name,
@@ -279,10 +319,10 @@ def run_dir_for(cfg: Config) -> Path:
     return cfg.out / "sae" / cfg.sae.resolved_run_name()
 
 
-def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None) -> dict:
+def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None) -> dict:
     run_dir = run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = train_sae(cfg, run_dir, resume=resume, wandb_group=wandb_group)
+    metrics = train_sae(cfg, run_dir, resume=resume, wandb_group=wandb_group, resume_key=resume_key)
     print(
         f"trained {run_dir.name} on {metrics['device']}: {metrics['rows_per_s']} rows/s, "
         f"holdout EV {metrics['holdout'].get('explained_variance', float('nan')):.3f}, "

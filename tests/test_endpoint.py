@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,7 +151,7 @@ def test_answers_that_do_not_align_fail_loudly(backends, fault, mode):
         scorer = make_scorer("smollm2", [srv.url], **mode)
         with pytest.raises(EndpointError, match=r"document 'odd'.*cannot be aligned"):
             list(scorer.score([("odd", "A document the server answers oddly.")]))
-    assert scorer.retries == 0
+    assert scorer.retries == 0 and scorer.failures == 1
 
 
 def test_text_mode_rejects_a_server_that_tokenizes_differently(backends):
@@ -227,9 +226,8 @@ def test_api_key_comes_from_the_environment(backends, tmp_path, monkeypatch):
             list(EndpointScorer.from_config(cfg.models[0], cfg).score(DOCS[:1]))
         monkeypatch.setenv("BBOX_TEST_KEY", "s3cret")
         assert len(list(EndpointScorer.from_config(cfg.models[0], cfg).score(DOCS[:1]))) == 1
-    no_tokenizer = config_from_dict(raw_config(tmp_path, {"a": srv.url, "b": srv.url}, tokenizer=None))
     with pytest.raises(ConfigError, match="needs `tokenizer`"):
-        EndpointScorer.from_config(no_tokenizer.models[0], no_tokenizer)
+        config_from_dict(raw_config(tmp_path, {"a": srv.url, "b": srv.url}, tokenizer=None))
 
 
 def logprob_tables(cfg):

@@ -1,4 +1,4 @@
-"""Remote scorer: OpenAI-compatible completions endpoints (vLLM; llama.cpp-style servers).
+"""Remote scorer: OpenAI-compatible completions endpoints that echo prompt log-probs (vLLM).
 
 Windows are planned with the local tokenizer exactly as HFScorer plans them, so a document
 gets the same tokens, start token and sliding windows as on the local path. Each window is
@@ -12,6 +12,7 @@ A server answer is used only when it provably scored the tokens we sent:
   echoed strings must also spell the window's text with our token boundaries;
 - prompt_logprobs: one entry per prompt token, each naming the very token id we planned.
 Anything else raises EndpointError naming the document: wrong numbers are never returned.
+(llama-cpp-python's server fails these checks: see tests/test_llamacpp.py.)
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 # vLLM clamps -inf log-probs to this so they survive JSON; we undo it.
 VLLM_LOGPROB_FLOOR = -9999.0
 
-_RETRY_STATUS = {408, 409, 425, 429}
-
+# Besides 5xx: statuses that say "try again later" rather than "this request is wrong".
+_RETRY_STATUS = {408, 409, 429}
 
 class _Transient(Exception):
     """A failed attempt worth retrying; `retry_after_s` is the server's Retry-After, if any."""
@@ -61,7 +62,6 @@ def completions_url(base: str) -> str:
 class _Replica:
     url: str
     in_flight: int = 0
-    requests: int = 0
     failures_in_row: int = 0
     down_until: float = 0.0  # event-loop time
 
@@ -70,7 +70,8 @@ class EndpointScorer:
     """Scores documents on one or more replicas of a completions endpoint.
 
     `retries` counts re-sent requests (after 429/5xx, timeouts, dropped connections or
-    malformed JSON); `failures` counts requests given up on (each one raises EndpointError).
+    malformed JSON); `failures` counts requests given up on or answers rejected (each raises
+    EndpointError).
     """
 
     def __init__(
@@ -101,7 +102,6 @@ class EndpointScorer:
         if not 1 <= stride < window:
             raise ConfigError(f"model '{name}': need 1 <= stride < window, got stride={stride}, window={window}")
         self.name = name
-        self.urls = [completions_url(u) for u in endpoints]
         self.tokenizer = tokenizer
         # Whole documents are tokenized before windowing; the length warning would be noise.
         tokenizer.model_max_length = 10**12
@@ -122,7 +122,7 @@ class EndpointScorer:
         self.rng = random.Random(seed)
         self.retries = 0
         self.failures = 0
-        self.replicas = [_Replica(u) for u in self.urls]
+        self.replicas = [_Replica(completions_url(u)) for u in endpoints]
         self._next = 0
         self._slots: asyncio.Condition | None = None
 
@@ -130,8 +130,6 @@ class EndpointScorer:
     def from_config(cls, model_cfg, cfg) -> "EndpointScorer":
         from transformers import AutoTokenizer
 
-        if not model_cfg.tokenizer:
-            raise ConfigError(f"model '{model_cfg.name}': source 'endpoint' needs `tokenizer` (hub id or dir) to plan windows")
         api_key = None
         if model_cfg.api_key_env:
             api_key = os.environ.get(model_cfg.api_key_env)
@@ -256,14 +254,16 @@ class EndpointScorer:
                 if self.prompt_format == "text":
                     doc_first = 1 if w.begin == 0 else 0
                     _check_text(tokens[doc_first:], text, c0, offsets[max(w.begin, 1) - 1 : w.end - 1, 1])
+            targets = lps[w.first_target - w.begin :]
+            missing = [w.first_target + i for i, v in enumerate(targets) if v is None]
+            if missing:
+                raise _Misaligned(f"no log-prob for token position(s) {missing[:5]}")
         except _Misaligned as err:
+            self.failures += 1
             raise EndpointError(f"{where}: the server's answer cannot be aligned with the local tokenizer: {err}") from None
         except (KeyError, IndexError, TypeError, ValueError) as err:
+            self.failures += 1
             raise EndpointError(f"{where}: unexpected response shape ({type(err).__name__}: {err})") from None
-        targets = lps[w.first_target - w.begin :]
-        missing = [w.first_target + i for i, v in enumerate(targets) if v is None]
-        if missing:
-            raise EndpointError(f"{where}: the server returned no log-prob for token position(s) {missing[:5]}")
         out = np.asarray(targets, dtype=np.float64)
         out[out <= VLLM_LOGPROB_FLOOR] = -np.inf
         return out
@@ -286,7 +286,6 @@ class EndpointScorer:
                     chosen = min(free, key=lambda r: rank[id(r)])
                     self._next = (self.replicas.index(chosen) + 1) % n
                     chosen.in_flight += 1
-                    chosen.requests += 1
                     return chosen
                 resting = [r.down_until - now for r in self.replicas if r.down_until > now]
                 try:

