@@ -301,6 +301,8 @@ def train_sae(
             metrics["wandb_run_id"] = run.id
     atomic_write_json(run_dir / "metrics.json", metrics)
     atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+    # Finished: only an interrupted run is resumed automatically (`bbox run --force train` retrains).
+    key_file.unlink(missing_ok=True)
     return metrics
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from aiohttp import web
+
+from loopback_server import LoopbackServer
 
 
 @dataclass
@@ -35,18 +36,15 @@ def user_text(body: dict) -> str:
     return "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
     def __init__(self, responder: Responder):
+        super().__init__()
         self.responder = responder
         self.requests: list[dict] = []
         self.authorizations: list[str | None] = []
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-        self.base_url = ""
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -78,29 +76,12 @@ class FakeOpenAI:
         }
         return web.json_response(payload, headers=reply.headers)
 
-    async def _start(self) -> str:
-        app = web.Application()
+    def routes(self, app) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
-        # handler_cancellation: a request the client gave up on (timeout) stops sleeping, so
-        # shutdown does not wait for it.
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        return f"http://{host}:{port}/v1"
 
-    def __enter__(self) -> "FakeOpenAI":
-        self._thread.start()
-        self.base_url = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+    @property
+    def base_url(self) -> str:
+        return self.root + "/v1"
 
 
 def json_reply(obj: object, **kwargs) -> Reply:

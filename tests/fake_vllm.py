@@ -15,11 +15,12 @@ most requests it had in flight at once.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import torch
 from aiohttp import web
+
+from loopback_server import LoopbackServer
 
 from bbox_sae.scoring.base import Window
 from bbox_sae.scoring.hf import HFScorer, _Job
@@ -46,8 +47,9 @@ class Backend:
             return token, float(self.scorer._target_logprobs(hidden, torch.tensor([token]))[0])
 
 
-class FakeVLLM:
+class FakeVLLM(LoopbackServer):
     def __init__(self, backend: Backend, served_model: str = "tiny", api_key: str | None = None, delay_s: float = 0.0):
+        super().__init__()
         self.backend = backend
         self.served_model = served_model
         self.api_key = api_key
@@ -60,10 +62,6 @@ class FakeVLLM:
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
     def _fault(self) -> str | None:
         if self.always:
@@ -139,25 +137,9 @@ class FakeVLLM:
         usage = {"prompt_tokens": len(ids), "completion_tokens": len(gen_ids), "total_tokens": len(ids) + len(gen_ids)}
         return {"id": f"cmpl-{len(self.requests)}", "object": "text_completion", "created": 0, "model": self.served_model, "choices": [choice], "usage": usage}
 
-    async def _start(self) -> str:
-        app = web.Application()
+    def routes(self, app) -> None:
         app.router.add_post("/v1/completions", self._completions)
-        # handler_cancellation: a request the client gave up on stops sleeping and leaves the in-flight count.
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        return f"http://{host}:{port}"
 
-    def __enter__(self) -> "FakeVLLM":
-        self._thread.start()
-        self.url = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+    @property
+    def url(self) -> str:
+        return self.root + ""
