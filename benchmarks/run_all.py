@@ -5,7 +5,8 @@
     .venv/bin/python benchmarks/run_all.py --only sae,embed_build
 
 Each benchmark runs as its own process and writes benchmarks/results/<name>.json; this script
-then reads those files and writes benchmarks/results/summary.json. A failing benchmark is
+then reads those files (all present, so `--only demo` keeps the others' rows) and writes
+benchmarks/results/summary.json. A failing benchmark is
 reported and the others still run (exit status 1 at the end).
 """
 
@@ -29,9 +30,10 @@ def load(args, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def summary_rows(args, ran: dict) -> list[list]:
+def summary_rows(args) -> list[list]:
+    """One row per headline ratio, from every results file present (this run's and earlier ones)."""
     rows = []
-    sc = load(args, "scoring") if "scoring" in ran else None
+    sc = load(args, "scoring")
     if sc:
         by = {}
         for r in sc["results"]:
@@ -42,21 +44,21 @@ def summary_rows(args, ran: dict) -> list[list]:
                 rows.append([f"score {model}", "tokens/s", naive["tokens_per_s"], ours["tokens_per_s"], ours["speedup_vs_naive"],
                              f"of floor {100 * ours['fraction_of_floor']:.0f}% (naive {100 * naive['fraction_of_floor']:.0f}%); "
                              f"load {naive['load_s']} → {ours['load_s']} s; RSS {naive['peak_rss_mb']:.0f} → {ours['peak_rss_mb']:.0f} MiB"])
-    eb = load(args, "embed_build") if "embed_build" in ran else None
+    eb = load(args, "embed_build")
     if eb:
         e, b = eb["embed"], eb["build"]
         rows.append(["embed (MiniLM)", "words/s", e["baseline"]["words_per_s"], e["ours"]["words_per_s"], e["speedup"],
                      f"baseline: 1 doc, batch 1; ours batch {e['ours']['batch_size']}"])
         rows.append(["build", "rows/s", b["baseline"]["rows_per_s"], b["ours"]["rows_per_s"], b["speedup"],
                      f"{b['rows']} rows; baseline in-memory, ours streamed"])
-    sa = load(args, "sae") if "sae" in ran else None
+    sa = load(args, "sae")
     if sa:
         for r in sa["results"]:
             for key in r:
                 if key.startswith("ours_"):
                     rows.append([f"SAE {r['d_sae']}/k{r['k']} {key[5:]}", "rows/s", r["plain"]["rows_per_s"], r[key]["rows_per_s"],
                                  r[f"ratio_{key}_over_plain"], f"baseline: plain PyTorch TopK; d_in {r['d_in']}, batch {r['batch_size']}"])
-    dm = load(args, "demo") if "demo" in ran else None
+    dm = load(args, "demo")
     if dm and dm.get("manifest", {}).get("available"):
         st = [s for s in dm["manifest"]["stages"] if s.get("seconds")]
         slow = max(st, key=lambda s: s["seconds"]) if st else None
@@ -89,7 +91,9 @@ def main(argv=None) -> int:
         ran[name] = {"exit_code": rc, "seconds": round(time.perf_counter() - start, 1)}
         if rc != 0:
             failed.append(name)
-    rows = summary_rows(args, ran)
+    previous = load(args, "summary") or {}
+    seconds = {**previous.get("benchmarks", {}), **ran}  # benchmarks not re-run keep their last entry
+    rows = summary_rows(args)
     print_table(
         "Benchmark summary (ratios measured within each benchmark's own run)",
         ["what", "unit", "baseline", "ours", "× baseline", "notes"],
@@ -100,7 +104,7 @@ def main(argv=None) -> int:
         "benchmark": "summary",
         "quick": args.quick,
         "environment": environment(args.threads, args.device),
-        "benchmarks": ran,
+        "benchmarks": seconds,
         "rows": [dict(zip(["what", "unit", "baseline", "ours", "ratio", "notes"], r)) for r in rows],
         "load_before": before,
         "load_after": load_snapshot(),
