@@ -32,4 +32,6 @@ def project(tmp_path_factory, tiny_lm, tiny_encoder):
 def test_kill_at_a_random_point_then_rerun_gives_identical_artifacts(project, stage):
     root, config, counts = project
     facts = kill_rerun_compare(config, root / "ref" / "out", root / "work" / "out", stage, counts[stage], SEED, root)
+    # kill_rerun_compare asserts identical artifacts and no finished shard redone; here, that the kill really hit the stage.
+    assert facts["where"] and 2 <= facts["point"] <= counts[stage]
     print(f"{facts['context']}, {facts['shards_kept']} finished shard files kept")
