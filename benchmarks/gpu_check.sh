@@ -58,7 +58,7 @@ models=()
 if [ ${#models[@]} -gt 0 ]; then
   IFS=, ; model_list="${models[*]}"; unset IFS
   step scoring-bf16 200 "$PY" benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --threads 8 \
-    --models "$model_list" --docs 20 --results-dir "$OUT_DIR/scoring-bf16"
+    --models "$model_list" --docs 20 --repeats 2 --results-dir "$OUT_DIR/scoring-bf16"
 fi
 
 log "done (status $status); results in $OUT_DIR"

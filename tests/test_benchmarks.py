@@ -30,8 +30,15 @@ def test_bench_sae_quick(tmp_path):
 
 
 def test_bench_embed_build_quick(tmp_path, tiny_encoder):
-    # The tiny random encoder keeps this fast; the demo's MiniLM is the default.
-    result = run_bench("bench_embed_build.py", tmp_path, "--set", f"embedding.model={tiny_encoder}", "--set", "embedding.package=null")
+    # The tiny random encoder and a small corpus keep this fast and independent of `make demo`'s
+    # corpus download; the defaults are the demo's MiniLM and Shakespeare.
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Speech {i}: if you were here, all would be well.\n" * 8}) + "\n" for i in range(30)))
+    out = tmp_path / "results"
+    out.mkdir()
+    result = run_bench(
+        "bench_embed_build.py", out, "--set", f"embedding.model={tiny_encoder}", "--set", "embedding.package=null", "--set", f"corpus.path={corpus}"
+    )
     embed, build = result["embed"], result["build"]
     assert embed["words"] > 0 and embed["ours"]["words_per_s"] > 0 and embed["baseline"]["words_per_s"] > 0
     assert embed["max_abs_vector_diff"] < 1e-4  # batching does not change the vectors
