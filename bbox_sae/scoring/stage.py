@@ -146,6 +146,15 @@ def _model_key(model_cfg: ModelConfig) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _score_in_groups(scorer, pairs: list[tuple[str, str]], model_cfg: ModelConfig):
+    """Score a shard a few batches at a time, so the progress bar moves within a shard
+    (scores do not depend on how documents are batched)."""
+    in_flight = model_cfg.concurrency * len(model_cfg.endpoints) if model_cfg.source == "endpoint" else 1
+    group = 2 * model_cfg.batch_size * in_flight
+    for g in range(0, len(pairs), group):
+        yield from scorer.score(pairs[g : g + group])
+
+
 def word_logprob_rows(doc_id: str, text: str, offsets: np.ndarray, logprobs: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
     spans = word_spans(text)
     per_word = align_logprobs(offsets, logprobs, spans)
@@ -196,7 +205,7 @@ def _score_shards(model_cfg: ModelConfig, scorer, documents: pa.Table, table: Sh
             part = documents.slice(a, b - a)
             ids_col, idx_col, lp_col = [], [], []
             pairs = list(zip(part["doc_id"].to_pylist(), part["text"].to_pylist()))
-            for (doc_id, text), scores in zip(pairs, scorer.score(pairs)):
+            for (doc_id, text), scores in zip(pairs, _score_in_groups(scorer, pairs, model_cfg)):
                 if scores.doc_id != doc_id:
                     raise ScoringError(f"model '{model_cfg.name}': scorer returned '{scores.doc_id}' for '{doc_id}'")
                 ids, idx, lp = word_logprob_rows(doc_id, text, scores.offsets, scores.logprobs)
