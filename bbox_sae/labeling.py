@@ -19,14 +19,12 @@ a crash) never pays twice for the same question.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import logging
 import os
 import random
 import re
-import time
 import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -40,6 +38,7 @@ import pyarrow.compute as pc
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns
 from bbox_sae.config import Config, LabelConfig
 from bbox_sae.errors import ConfigError, EndpointError
+from bbox_sae.retry import backoff_delay, retry_after_seconds
 from bbox_sae.words import split_words
 
 log = logging.getLogger(__name__)
@@ -299,28 +298,6 @@ def parse_detection_reply(text: str, n: int) -> frozenset[int]:
 def cache_key(kind: str, model: str, messages: list[dict]) -> str:
     payload = {"kind": kind, "model": model, "prompt_version": PROMPT_VERSION, "messages": messages}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def backoff_delay(retry: int, base_s: float, max_s: float, jitter: float, retry_after_s: float | None) -> float:
-    """Wait before retry number `retry` (0-based): exponential, jittered to 50-100% so parallel
-    failures spread out, and never shorter than the server's Retry-After."""
-    delay = min(max_s, base_s * 2**retry) * (0.5 + 0.5 * jitter)
-    return max(delay, retry_after_s or 0.0)
-
-
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 class RequestFailed(Exception):

@@ -20,16 +20,15 @@ from bbox_sae.errors import ArtifactError, ConfigError, EndpointError
 from bbox_sae.labeling import (
     Context,
     MalformedReply,
-    backoff_delay,
     describe,
     detection_scores,
     heuristic_rule,
     parse_detection_reply,
     parse_label_reply,
-    retry_after_seconds,
     rule_matches,
     run_label,
 )
+from bbox_sae.retry import backoff_delay, retry_after_seconds
 
 MODELS = ("a", "b", "c")
 

@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 
 from bbox_sae.errors import ConfigError, EndpointError
-from bbox_sae.labeling import backoff_delay, retry_after_seconds
+from bbox_sae.retry import backoff_delay, retry_after_seconds
 from bbox_sae.scoring.base import TokenScores, Window, plan_windows
 from bbox_sae.scoring.hf import start_token_id, tokenize_with_offsets
 
