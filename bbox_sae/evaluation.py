@@ -1,16 +1,20 @@
-"""Evidence: planted-difference recovery and ablations.
+"""Evidence: planted-difference recovery, the null pair, and ablations.
 
 Planted recovery builds a ground truth the paper lacks. Model A is a real LM; model B's
 per-word log-probs are A's plus small noise everywhere, plus a planted Δ on the words that a
-set of rules matches (`configs/planted-rules.yaml`). Since A and B differ only there, a kept
-feature should be made of one rule's words, with the right winner; any other kept feature is
-a false discovery.
+set of rules matches (`configs/planted-rules-*.yaml`). Rules are causal (the word and its left
+context only), since a causal LM cannot condition on the next word. A and B differ only there,
+so a kept finding should be made of one rule's words, with the right winner; any other kept
+finding is a false discovery.
 
-- A rule is **recovered** when some kept feature's top words are >= 80% that rule's words and
-  its better model is the one the planted Δ favours. Per rule we also report the best
-  precision (share of a kept feature's top words from the rule) and that feature's recall (share
-  of the rule's words, in all documents, on which its latent fires).
-- **FDR**: share of kept features whose top words are < 50% planted (any rule).
+- A rule is **recovered** when some kept finding's top words are >= 80% that rule's words and
+  its better model is the one the planted Δ favours. Per rule: the best precision (share of a
+  finding's top words from the rule), that finding's recall (share of the rule's *holdout* words
+  on which one of its latents fires) and `splits` (right-signed findings whose top words are at
+  least half that rule).
+- **FDR**: share of kept findings whose top words are < 50% planted (any rule).
+- **Null pair**: B = A + N(0, noise) with nothing planted, several seeds; every kept finding
+  is false, so the count should be 0.
 
 Ablations run the same extraction on the same rows: the full method, `output_feature_weight=0`
 (no performance signal; its own build and SAE in `ablation-w0/`), an untrained SAE, and k-means.
@@ -44,21 +48,22 @@ SPURIOUS_SHARE = 0.5
 
 @dataclass(frozen=True)
 class PlantedRule:
-    """A word matches when every given regex matches: `word` on the stripped word, `prev` / `next`
-    on the raw neighbouring word ("" at a document edge), `left` on the previous `left_words` words joined."""
+    """A word matches when every given regex matches: `word` on the stripped word, `prev` on the raw
+    previous word ("" at a document start), `left` on the previous `left_words` words joined.
+    Only the word and its left context: a causal LM's prediction cannot depend on what follows."""
 
     name: str
     delta: float
+    kind: str = ""
     word: str | None = None
     prev: str | None = None
-    next: str | None = None
     left: str | None = None
     left_words: int = 3
 
     def matches(self, words: list[str]) -> np.ndarray:
         n = len(words)
         hit = np.ones(n, dtype=bool)
-        checks = [(self.word, lambda i: words[i].strip()), (self.prev, lambda i: words[i - 1] if i else ""), (self.next, lambda i: words[i + 1] if i + 1 < n else "")]
+        checks = [(self.word, lambda i: words[i].strip()), (self.prev, lambda i: words[i - 1] if i else "")]
         checks.append((self.left, lambda i: "".join(words[max(0, i - self.left_words) : i])))
         for pattern, text_of in checks:
             if pattern is None:
@@ -77,9 +82,11 @@ def load_rules(path: str | Path) -> tuple[list[PlantedRule], float, int]:
         raise ConfigError(f"{path}: expected a mapping with a `rules` list")
     rules = []
     for i, r in enumerate(raw["rules"]):
+        if isinstance(r, dict) and "next" in r:
+            raise ConfigError(f"{path}: rules[{i}]: `next` conditions on the following word, which a causal LM cannot see; use `word`, `prev` or `left`")
         try:
             rule = PlantedRule(**r)
-            for pattern in (rule.word, rule.prev, rule.next, rule.left):
+            for pattern in (rule.word, rule.prev, rule.left):
                 if pattern is not None:
                     regex.compile(pattern)
         except (TypeError, regex.error) as err:
@@ -109,72 +116,102 @@ def planted_logprobs(lp_a: np.ndarray, masks: dict[str, np.ndarray], rules: list
     return np.minimum(lp_b, 0.0)
 
 
-def _encode_latents(cfg: Config, out: Path, latents: list[int], source: str) -> np.ndarray:
-    """(rows, len(latents)) activation > 0 for the given latents over every row."""
+def _rows_to_words(words: pa.Table, run_dir: Path) -> np.ndarray:
+    """Position in `words` of every row of the build index in `run_dir`."""
+    index = read_table(run_dir / "build" / "index.parquet", columns=["row", "doc_id", "word_idx"])
+    position = {k: i for i, k in enumerate(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()))}
+    return np.array([position[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())], dtype=np.int64)
+
+
+def _firing(cfg: Config, latents: list[int], source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where each latent fires (the features stage's ranking encoder) over every row, and the holdout mask."""
     from bbox_sae.dataset import open_matrix
-    from bbox_sae.features import kmeans_encoder, random_sae_encoder, sae_encoder
+    from bbox_sae.features import firing, kmeans_encoder, random_sae_encoder, ranking_encoder, sae_encoder
     from bbox_sae.sae import load_sae, run_dir_for, sample_mean
 
-    sub = cfg.model_copy(update={"output_dir": str(out)})
-    matrix, index, _ = open_matrix(sub)
-    rows = index["row"].to_numpy()
-    train = rows[index["split"].to_numpy(zero_copy_only=False) == "train"]
+    matrix, index, info = open_matrix(cfg)
+    split = index["split"].to_numpy(zero_copy_only=False)
+    train = index["row"].to_numpy()[split == "train"]
     if source == "random":
-        encode = random_sae_encoder(sub, matrix.shape[1], sample_mean(matrix, train, sub.sae.seed))
+        encode = random_sae_encoder(cfg, matrix.shape[1], sample_mean(matrix, train, cfg.sae.seed))
     elif source == "kmeans":
-        encode = kmeans_encoder(sub, matrix, train)
+        encode = kmeans_encoder(cfg, matrix, train)
     else:
-        encode = sae_encoder(load_sae(run_dir_for(sub)))
-    fires = np.zeros((len(rows), len(latents)), dtype=bool)
-    for s in range(0, len(rows), 8192):
-        acts = encode(torch.from_numpy(np.asarray(matrix[s : s + 8192], dtype=np.float32)))
-        fires[s : s + 8192] = (acts[:, latents] > 0).numpy()
-    return fires
+        encode = sae_encoder(load_sae(run_dir_for(cfg)))
+    encode = ranking_encoder(encode, info["d_embedding"], info["performance"], cfg.features.ranking)
+    return firing(encode, matrix, latents, cfg.features.chunk_rows), split == "holdout"
 
 
-def score_recovery(cfg: Config, out: Path, features_dir: Path, rules: list[PlantedRule], masks_by_row: dict[str, np.ndarray], source: str) -> dict:
-    """Recovery per rule and FDR for the features in `features_dir` (rows aligned to `out`'s build index)."""
+def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], masks_by_row: dict[str, np.ndarray], source: str) -> dict:
+    """Recovery per rule and FDR for the findings in `features_dir` (rows aligned to `cfg.out`'s build index)."""
+    findings = read_table(features_dir / "findings.parquet").to_pylist()
     features = read_table(features_dir / "features.parquet")
-    kept = features.filter(pc.field("kept")).to_pylist() if features.num_rows else []
+    n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
     top = read_table(features_dir / "top_activations.parquet").filter(pc.field("split") == "train")
+    top_rows_of = {}
+    for latent, group in _group_rows(top).items():
+        top_rows_of[latent] = group[: n_top.get(latent, 0)]
     any_rule = np.zeros(len(next(iter(masks_by_row.values()))), dtype=bool)
     for m in masks_by_row.values():
         any_rule |= m
-    shares: dict[int, dict[str, float]] = {}
-    for f in kept:
-        rows = top.filter(pc.field("latent") == f["latent"])["row"].to_numpy()[: f["n_top"]]
-        shares[f["latent"]] = {r.name: float(masks_by_row[r.name][rows].mean()) for r in rules}
-        shares[f["latent"]]["_planted"] = float(any_rule[rows].mean())
-    fires = _encode_latents(cfg, out, [f["latent"] for f in kept], source) if kept else np.zeros((0, 0), bool)
+    members = [[int(x) for x in f["latents"].split(",")] for f in findings]
+    latents = sorted({m for ms in members for m in ms})
+    fires, holdout = _firing(cfg, latents, source) if latents else (np.zeros((len(any_rule), 0), bool), np.zeros(len(any_rule), bool))
+    column = {latent: j for j, latent in enumerate(latents)}
+    shares = []
+    for ms in members:
+        rows = np.unique(np.concatenate([top_rows_of[m] for m in ms]))
+        share = {r.name: float(masks_by_row[r.name][rows].mean()) for r in rules}
+        share["_planted"] = float(any_rule[rows].mean())
+        shares.append(share)
     per_rule = {}
     for r in rules:
-        winner = "B" if r.delta > 0 else "A"
-        best = {"recovered": False, "precision": 0.0, "recall": 0.0, "latent": None, "occurrences": int(masks_by_row[r.name].sum())}
-        for j, f in enumerate(kept):
-            share = shares[f["latent"]][r.name]
-            right_sign = f["better_model"] == cfg.compare[0][0 if winner == "A" else 1]
-            if right_sign and share > best["precision"]:
-                recall = float(fires[masks_by_row[r.name], j].mean()) if masks_by_row[r.name].any() else 0.0
-                best.update(precision=share, recall=recall, latent=f["latent"], recovered=share >= RECOVERED_SHARE)
+        winner = cfg.compare[0][1] if r.delta > 0 else cfg.compare[0][0]
+        rule_holdout = masks_by_row[r.name] & holdout
+        best = {"recovered": False, "precision": 0.0, "recall": 0.0, "finding": None, "splits": 0,
+                "occurrences": int(masks_by_row[r.name].sum()), "train_occurrences": int((masks_by_row[r.name] & ~holdout).sum())}
+        for f, ms, share in zip(findings, members, shares):
+            if f["better_model"] != winner:
+                continue
+            best["splits"] += share[r.name] >= SPURIOUS_SHARE
+            if share[r.name] > best["precision"]:
+                recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
+                best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE, label=f["rule"])
         per_rule[r.name] = best
-    spurious = sum(1 for f in kept if shares[f["latent"]]["_planted"] < SPURIOUS_SHARE)
-    label_scores = [f.get("label_score") for f in kept if f.get("label_score") is not None]
+    spurious = [f["finding"] for f, share in zip(findings, shares) if share["_planted"] < SPURIOUS_SHARE]
+    recovered = [v for v in per_rule.values() if v["recovered"]]
     return {
-        "kept": len(kept),
-        "rules_recovered": sum(v["recovered"] for v in per_rule.values()),
+        "kept_findings": len(findings),
+        "kept_latents": sum(len(ms) for ms in members),
+        "rules_recovered": len(recovered),
         "rules": len(rules),
-        "fdr": spurious / len(kept) if kept else 0.0,
-        "spurious": spurious,
-        "mean_label_score": float(np.mean(label_scores)) if label_scores else None,
+        "mean_recall": float(np.mean([v["recall"] for v in per_rule.values()])),
+        "max_splits": max((v["splits"] for v in per_rule.values()), default=0),
+        "fdr": len(spurious) / len(findings) if findings else 0.0,
+        "spurious": len(spurious),
+        "spurious_findings": [{"finding": f["finding"], "rule": f["rule"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
+                              for f in findings if f["finding"] in spurious],
         "per_rule": per_rule,
     }
 
 
-def _link_inputs(src: Path, dst: Path) -> None:
-    """An ablation dir shares the scored and embedded words of its parent run."""
+def _group_rows(top: pa.Table) -> dict[int, np.ndarray]:
+    """latent -> its top rows in rank order."""
+    t = top.sort_by([("latent", "ascending"), ("rank", "ascending")])
+    latents, rows = t["latent"].to_numpy(), t["row"].to_numpy()
+    bounds = np.flatnonzero(np.r_[True, latents[1:] != latents[:-1], True])
+    return {int(latents[s]): rows[s:e] for s, e in zip(bounds[:-1], bounds[1:])}
+
+
+def _link_inputs(src: Path, dst: Path, logprobs: list[str] | None = None) -> None:
+    """A variant dir shares the scored and embedded words of its parent run (all models' log-probs,
+    or only `logprobs`' when the others are written anew)."""
     dst.mkdir(parents=True, exist_ok=True)
-    for name in ("documents.parquet", "ingest.json", "words", "logprobs", "embeddings"):
+    names = ["documents.parquet", "ingest.json", "words", "embeddings"]
+    names += ["logprobs"] if logprobs is None else [f"logprobs/{m}" for m in logprobs]
+    for name in names:
         target = dst / name
+        target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
             os.symlink((src / name).resolve(), target)
 
@@ -202,44 +239,85 @@ def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     return variants
 
 
-def run_planted(cfg: Config, rules_path: str | None = None) -> dict:
-    """`bbox eval planted`: score A, plant B, run the pipeline, measure recovery, FDR and ablations."""
-    from bbox_sae.dataset import run_build
-    from bbox_sae.embedding import run_embed
-    from bbox_sae.features import run_features
-    from bbox_sae.labeling import run_label
-    from bbox_sae.sae import run_train
-    from bbox_sae.scoring.stage import ingest, run_score
+def _plant(cfg: Config, lp_b: np.ndarray, words: pa.Table) -> None:
+    """Write model B's per-word log-probs and import them (anew: the file is rewritten in place)."""
+    import shutil
 
-    rules, noise_std, seed = load_rules(rules_path or Path(__file__).resolve().parents[1] / "configs" / "planted-rules.yaml")
-    a_name, b_name = cfg.compare[0]
-    b_model = cfg.model(b_name)
-    if b_model.source != "parquet":
-        raise ConfigError(f"eval planted: model '{b_name}' must be `source: parquet` (its log-probs are planted)")
-    ingest(cfg)
-    run_score(cfg, models=[a_name])
-    words = read_table(cfg.out / "words")
-    lp_a = read_table(cfg.out / "logprobs" / a_name)["logprob"].to_numpy(zero_copy_only=False)
-    masks = rule_masks(words, rules)
-    lp_b = planted_logprobs(np.nan_to_num(lp_a, nan=-30.0), masks, rules, noise_std, seed)
+    from bbox_sae.scoring.stage import run_score
+
+    b_model = cfg.model(cfg.compare[0][1])
     b_path = Path(b_model.path).expanduser()
     b_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp_b}), b_path)
-    run_score(cfg, models=[b_name])
+    shutil.rmtree(cfg.out / "logprobs" / b_model.name, ignore_errors=True)
+    run_score(cfg, models=[b_model.name])
+
+
+def _check_planted_config(cfg: Config) -> None:
+    b_name = cfg.compare[0][1]
+    if cfg.model(b_name).source != "parquet":
+        raise ConfigError(f"eval: model '{b_name}' must be `source: parquet` (its log-probs are planted)")
+
+
+def _score_a(cfg: Config) -> tuple[pa.Table, np.ndarray]:
+    """Words and model A's log-probs (scored once, then cached), embeddings too."""
+    from bbox_sae.embedding import run_embed
+    from bbox_sae.scoring.stage import ingest, run_score
+
+    ingest(cfg)
+    run_score(cfg, models=[cfg.compare[0][0]])
     run_embed(cfg)
+    words = read_table(cfg.out / "words")
+    lp_a = read_table(cfg.out / "logprobs" / cfg.compare[0][0])["logprob"].to_numpy(zero_copy_only=False)
+    return words, np.nan_to_num(lp_a, nan=-30.0)
+
+
+def _extract(cfg: Config) -> None:
+    from bbox_sae.dataset import run_build
+    from bbox_sae.features import run_features
+    from bbox_sae.labeling import run_label
+    from bbox_sae.sae import run_train
+
     run_build(cfg)
     run_train(cfg)
     run_features(cfg)
     run_label(cfg)
 
-    results = {"rules": {r.name: {"delta": r.delta, "occurrences": int(masks[r.name].sum())} for r in rules}, "noise_std": noise_std, "variants": {}}
-    for name, (run_dir, feat_dir, source) in ablation_variants(cfg).items():
-        index = read_table(run_dir / "build" / "index.parquet", columns=["row", "doc_id", "word_idx"])
-        position = {k: i for i, k in enumerate(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()))}
-        at = np.array([position[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
+
+def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, seed: int) -> dict:
+    """B = A + N(0, noise_std) with nothing planted, SAE seed `seed`; every kept finding is false."""
+    out = cfg.out / f"null-seed{seed}"
+    b_name = cfg.compare[0][1]
+    models = [m.model_copy(update={"path": str(out / "null-B.parquet")}) if m.name == b_name else m for m in cfg.models]
+    sub = cfg.model_copy(update={"output_dir": str(out), "models": models, "sae": cfg.sae.model_copy(update={"seed": seed})})
+    _link_inputs(cfg.out, out, logprobs=[cfg.compare[0][0]])
+    rng = np.random.default_rng(1000 + seed)
+    _plant(sub, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
+    _extract(sub)
+    findings = read_table(out / "findings.parquet").to_pylist()
+    return {"seed": seed, "kept_findings": len(findings),
+            "findings": [{"rule": f["rule"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings]}
+
+
+def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[int, ...] = (0, 1, 2), ablations: bool = False) -> dict:
+    """`bbox eval planted`: score A, plant B, run the pipeline, measure recovery and FDR; then the
+    null pair for each seed in `null_seeds`, and (optionally) the ablations."""
+    _check_planted_config(cfg)
+    rules, noise_std, seed = load_rules(rules_path or Path(__file__).resolve().parents[1] / "configs" / "planted-rules-shakespeare.yaml")
+    words, lp_a = _score_a(cfg)
+    masks = rule_masks(words, rules)
+    _plant(cfg, planted_logprobs(lp_a, masks, rules, noise_std, seed), words)
+    _extract(cfg)
+
+    results = {"rules": {r.name: {"kind": r.kind, "delta": r.delta, "occurrences": int(masks[r.name].sum()),
+                                  "frequency": float(masks[r.name].mean())} for r in rules},
+               "noise_std": noise_std, "words": words.num_rows, "variants": {}}
+    variants = ablation_variants(cfg) if ablations else {"full": (cfg.out, cfg.out, "sae")}
+    for name, (run_dir, feat_dir, source) in variants.items():
+        at = _rows_to_words(words, run_dir)
         masks_by_row = {r: m[at] for r, m in masks.items()}
-        sub_cfg = cfg.model_copy(update={"output_dir": str(run_dir)})
-        results["variants"][name] = score_recovery(sub_cfg, run_dir, feat_dir, rules, masks_by_row, source)
+        results["variants"][name] = score_recovery(cfg.model_copy(update={"output_dir": str(run_dir)}), feat_dir, rules, masks_by_row, source)
+    results["null"] = [null_run(cfg, words, lp_a, noise_std, s) for s in null_seeds]
     atomic_write_json(cfg.out / "planted_results.json", results)
     print_planted(results)
     return results
@@ -264,6 +342,63 @@ def run_ablation(cfg: Config) -> dict:
     return results
 
 
+def coherence_summary(features: pa.Table, findings: pa.Table) -> dict:
+    """Label-free and label-based coherence of a run's kept latents and findings."""
+    kept = features.filter(pc.field("kept")).to_pylist() if features.num_rows else []
+    rule_f1 = [f["rule_f1"] for f in kept if f.get("rule_f1") is not None]
+    scores = [f["label_score"] for f in kept if f.get("label_score") is not None]
+    return {
+        "kept_latents": len(kept),
+        "findings": findings.num_rows,
+        "median_rule_f1": float(np.median(rule_f1)) if rule_f1 else None,
+        "share_rule_f1_at_least_0.5": float(np.mean(np.array(rule_f1) >= 0.5)) if rule_f1 else None,
+        "median_label_score": float(np.median(scores)) if scores else None,
+        "share_label_score_at_least_0.75": float(np.mean(np.array(scores) >= 0.75)) if scores else None,
+        "mixture_labels": sum(1 for f in kept if (f.get("label") or "").startswith("mixed words")),
+    }
+
+
+def run_coherence(cfg: Config) -> dict:
+    """`bbox eval coherence`: how nameable a finished run's findings are (no ground truth needed)."""
+    summary = coherence_summary(read_table(cfg.out / "features.parquet"), read_table(cfg.out / "findings.parquet"))
+    atomic_write_json(cfg.out / "coherence.json", summary)
+    _print_table("Coherence of kept latents", ["measure", "value"], [[k, _fmt(v)] for k, v in summary.items()])
+    return summary
+
+
+def _finding_rows(run_dir: Path) -> list[tuple[str, str | None, set[tuple[str, int]]]]:
+    """Per finding of a run: its winner, its rule, and its train top words as (doc_id, word_idx)."""
+    findings = read_table(run_dir / "findings.parquet").to_pylist()
+    features = read_table(run_dir / "features.parquet")
+    n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
+    top = read_table(run_dir / "top_activations.parquet").filter(pc.field("split") == "train")
+    keys = list(zip(top["doc_id"].to_pylist(), top["word_idx"].to_pylist()))
+    by_latent: dict[int, list] = {}
+    for latent, rank, key in zip(top["latent"].to_pylist(), top["rank"].to_pylist(), keys):
+        by_latent.setdefault(latent, []).append((rank, key))
+    out = []
+    for f in findings:
+        words = set()
+        for m in (int(x) for x in f["latents"].split(",")):
+            words |= {k for _, k in sorted(by_latent.get(m, []))[: n_top.get(m, 0)]}
+        out.append((f["better_model"], f["rule"], words))
+    return out
+
+
+def stability(run_dirs: list[Path], min_overlap: float = 0.3) -> dict:
+    """Share of the first run's findings that reappear in at least half of the other runs (other SAE
+    seeds): same winner and the same rule, or top words overlapping (Jaccard) by `min_overlap`."""
+    runs = [_finding_rows(d) for d in run_dirs]
+    first, others = runs[0], runs[1:]
+
+    def found(f, run) -> bool:
+        return any(g[0] == f[0] and ((f[1] and f[1] == g[1]) or len(f[2] & g[2]) / max(len(f[2] | g[2]), 1) >= min_overlap) for g in run)
+
+    stable = [sum(found(f, run) for run in others) >= max(1, len(others) / 2) for f in first]
+    return {"findings": len(first), "stable": int(sum(stable)), "stable_share": float(np.mean(stable)) if stable else None,
+            "findings_per_seed": [len(r) for r in runs]}
+
+
 def _fmt(x) -> str:
     return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
@@ -283,16 +418,21 @@ def _print_table(title: str, columns: list[str], rows: list[list]) -> None:
 def print_planted(results: dict) -> None:
     full = results["variants"]["full"]
     _print_table(
-        "Planted-difference recovery (full method)",
-        ["rule", "planted Δ (B − A)", "occurrences", "recovered", "best precision", "recall", "latent"],
-        [[n, results["rules"][n]["delta"], v["occurrences"], "yes" if v["recovered"] else "no", f"{v['precision']:.2f}", f"{v['recall']:.2f}", v["latent"]]
+        f"Planted-difference recovery ({results['words']} words)",
+        ["rule", "kind", "planted Δ (B − A)", "frequency", "train occurrences", "recovered", "precision", "recall", "splits", "finding", "rule found"],
+        [[n, results["rules"][n]["kind"], results["rules"][n]["delta"], f"{100 * results['rules'][n]['frequency']:.2f}%", v["train_occurrences"],
+          "yes" if v["recovered"] else "no", f"{v['precision']:.2f}", f"{v['recall']:.2f}", v["splits"], _fmt(v["finding"]), v.get("label") or "-"]
          for n, v in full["per_rule"].items()],
     )
     _print_table(
-        "Ablations (same planted setup)",
-        ["variant", "rules recovered", "FDR", "kept", "mean label score"],
-        [[n, f"{v['rules_recovered']}/{v['rules']}", f"{v['fdr']:.2f}", v["kept"], _fmt(v["mean_label_score"])] for n, v in results["variants"].items()],
+        "Summary",
+        ["variant", "rules recovered", "mean recall", "FDR", "kept findings", "kept latents", "max splits"],
+        [[n, f"{v['rules_recovered']}/{v['rules']}", f"{v['mean_recall']:.2f}", f"{v['fdr']:.2f}", v["kept_findings"], v["kept_latents"], v["max_splits"]]
+         for n, v in results["variants"].items()],
     )
+    if results.get("null"):
+        _print_table("Null pair (B = A + noise, nothing planted)", ["seed", "kept findings", "what"],
+                     [[r["seed"], r["kept_findings"], "; ".join((f["rule"] or f["top_words"] or "")[:40] for f in r["findings"][:3])] for r in results["null"]])
 
 
 def load_results(path: Path) -> dict:

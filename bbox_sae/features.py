@@ -1,10 +1,13 @@
 """Feature extraction: latents become findings ("model A beats B on this group of words").
 
 For every latent: its top-N activations on the train split and, apart, on the holdout split
-(streamed); on the top words after the paper's percentile rule, Δ = log p_A − log p_B
-statistics (median, mean, median Δp, sign consistency, bootstrap CI, Wilcoxon p), BH q-values
-across latents, density and context coherence; held-out validity on the holdout top words.
-A latent is `kept` when the paper's rule, significance and held-out validity all hold.
+(streamed), ranked by the activation on *Δ-blind* rows (`features.ranking: blind`: the models'
+performance columns made equal, so the ranking never sees which model won). On the top words
+after the paper's percentile rule, Δ = log p_A − log p_B statistics on train (median, mean,
+median Δp, sign consistency, bootstrap CI) select; the same statistics on the holdout top words
+test (Wilcoxon p, BH q across latents, same sign and at least half the size). A latent passing
+both gets its best context rule (`rules.py`), whose held-out F1 measures coherence; `kept`
+latents (optionally with `min_rule_f1`) are grouped into findings (`findings.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -25,18 +28,13 @@ from tqdm.auto import tqdm
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, resolve_files
 from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.dataset import open_matrix
+from bbox_sae.findings import LatentRule, group_latents, mine_rule, top_forms
+from bbox_sae.rules import Rule, WordAttributes, normalize_form, word_attributes
 from bbox_sae.stats import StreamingTopN, bh_qvalues, coherence, delta_stats, generalizes, percentile_rule
 
 log = logging.getLogger(__name__)
 
 Encoder = Callable[[torch.Tensor], torch.Tensor]
-
-
-def normalize_word(word: str) -> str:
-    stripped = word.strip()
-    if not stripped:
-        return "\\n" * word.count("\n") if "\n" in word else "␣"
-    return stripped.lower()
 
 
 # ---------------------------------------------------------------- encoders
@@ -83,6 +81,42 @@ def kmeans_encoder(cfg: Config, matrix: np.ndarray, train_rows: np.ndarray) -> E
     return encode
 
 
+# ---------------------------------------------------------------- Δ-blind ranking
+
+def blind_rows(x: torch.Tensor, d_embedding: int, performance: str) -> torch.Tensor:
+    """The rows with the models made indistinguishable: each model's performance column replaced by
+    the models' mean (`delta` columns by 0), the context part unchanged.
+
+    A latent's activation on such a row depends on the context and on how predictable the word is
+    overall, never on which model predicted it better; so rows ranked by it can be tested on their
+    Δ without circularity (swapping A and B on any word leaves the ranking unchanged, so under
+    the null of exchangeable models the selected Δ are symmetric about 0)."""
+    out = x.clone()
+    perf = out[:, d_embedding:]
+    if performance == "delta":
+        perf.zero_()
+    else:
+        perf.copy_(perf.mean(dim=1, keepdim=True).expand_as(perf))
+    return out
+
+
+def ranking_encoder(encode: Encoder, d_embedding: int, performance: str, ranking: str) -> Encoder:
+    """The encoder whose activations choose a latent's examples (`features.ranking`)."""
+    if ranking == "full":
+        return encode
+    return lambda x: encode(blind_rows(x, d_embedding, performance))
+
+
+def encode_rows(encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+    """(row ids, activations) chunk by chunk: the one loop every pass over the matrix uses."""
+    bar = tqdm(total=len(rows), desc=desc, unit="row", leave=False, disable=desc is None)
+    for s in range(0, len(rows), chunk_rows):
+        idx = rows[s : s + chunk_rows]
+        yield idx, encode(torch.from_numpy(np.asarray(matrix[idx], dtype=np.float32)))
+        bar.update(len(idx))
+    bar.close()
+
+
 # ---------------------------------------------------------------- streaming pass
 
 @dataclass
@@ -96,18 +130,22 @@ class TopActivations:
 def top_activations(encode: Encoder, matrix: np.ndarray, rows_by_split: dict[str, np.ndarray], d_sae: int, top_n: int, chunk_rows: int) -> TopActivations:
     fire = torch.zeros(d_sae, dtype=torch.long)
     values, rows = {}, {}
-    total = sum(len(r) for r in rows_by_split.values())
-    with tqdm(total=total, desc="features: encode", unit="row", leave=False) as bar:
-        for split, split_rows in rows_by_split.items():
-            top = StreamingTopN(d_sae, top_n)
-            for s in range(0, len(split_rows), chunk_rows):
-                idx = split_rows[s : s + chunk_rows]
-                acts = encode(torch.from_numpy(np.asarray(matrix[idx], dtype=np.float32)))
-                fire += (acts > 0).sum(0)
-                top.update(acts, torch.from_numpy(idx))
-                bar.update(len(idx))
-            values[split], rows[split] = top.result()
-    return TopActivations(values, rows, fire.numpy(), total)
+    for split, split_rows in rows_by_split.items():
+        top = StreamingTopN(d_sae, top_n)
+        for idx, acts in encode_rows(encode, matrix, split_rows, chunk_rows, desc=f"features: encode {split}"):
+            fire += (acts > 0).sum(0)
+            top.update(acts, torch.from_numpy(idx))
+        values[split], rows[split] = top.result()
+    return TopActivations(values, rows, fire.numpy(), sum(len(r) for r in rows_by_split.values()))
+
+
+def firing(encode: Encoder, matrix: np.ndarray, latents: list[int], chunk_rows: int) -> np.ndarray:
+    """(all rows, len(latents)) bool: where each of the given latents fires."""
+    out = np.zeros((matrix.shape[0], len(latents)), dtype=bool)
+    if latents:
+        for idx, acts in encode_rows(encode, matrix, np.arange(matrix.shape[0]), chunk_rows, desc="features: firing"):
+            out[idx] = (acts[:, latents] > 0).numpy()
+    return out
 
 
 # ---------------------------------------------------------------- statistics per latent
@@ -115,6 +153,32 @@ def top_activations(encode: Encoder, matrix: np.ndarray, rows_by_split: dict[str
 def _latent_examples(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     positive = values > 0
     return values[positive], rows[positive]
+
+
+def top_words(top: TopActivations, split: str, latent: int) -> np.ndarray:
+    """A latent's top rows on a split after the paper's percentile rule."""
+    acts, rows = _latent_examples(top.values[split][latent], top.rows[split][latent])
+    return rows[percentile_rule(acts)]
+
+
+def pair_stats(rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, n_boot: int, seed: int) -> dict:
+    """Δ statistics on the train top words (selection, shown) and on the holdout top words (the test)."""
+    d = lp_a[rows] - lp_b[rows]
+    dp = np.exp(lp_a[rows]) - np.exp(lp_b[rows])
+    stats = delta_stats(d, dp, n_boot, seed)
+    hd = lp_a[holdout_rows] - lp_b[holdout_rows]
+    hdp = np.exp(lp_a[holdout_rows]) - np.exp(lp_b[holdout_rows])
+    held = delta_stats(hd, hdp, n_boot, seed + 1)
+    return {
+        **stats,
+        "holdout_median_dlogp": held["median_dlogp"],
+        "holdout_mean_dlogp": held["mean_dlogp"],
+        "holdout_median_dp": held["median_dp"],
+        "holdout_ci_low": held["ci_low"],
+        "holdout_ci_high": held["ci_high"],
+        "holdout_p_value": held["p_value"],
+        "generalizes": generalizes(stats["median_dlogp"], held["median_dlogp"]),
+    }
 
 
 def feature_rows(
@@ -130,52 +194,35 @@ def feature_rows(
     out = []
     n_latents = top.values["train"].shape[0]
     for latent in tqdm(range(n_latents), desc="features: statistics", unit="latent", leave=False):
-        acts, rows = _latent_examples(top.values["train"][latent], top.rows["train"][latent])
-        if len(acts) == 0:
+        kept_rows = top_words(top, "train", latent)
+        if len(kept_rows) == 0:
             continue
-        keep = percentile_rule(acts)
-        kept_rows = rows[keep]
-        h_acts, h_rows = _latent_examples(top.values["holdout"][latent], top.rows["holdout"][latent])
-        h_rows = h_rows[percentile_rule(h_acts)]
-        forms = Counter(normalize_word(w) for w in words_by_row[kept_rows])
+        h_rows = top_words(top, "holdout", latent)
         common = {
             "latent": latent,
             "n_top": int(len(kept_rows)),
             "density": float(top.fire_counts[latent] / max(top.n_rows, 1)),
-            "max_activation": float(acts.max()),
+            "max_activation": float(top.values["train"][latent].max()),
             "coherence": coherence(embedding_of(kept_rows)),
             "holdout_n": int(len(h_rows)),
-            "top_words": " | ".join(f"{w} ({c})" for w, c in forms.most_common(5)),
+            "top_words": top_forms(words_by_row[kept_rows]),
             "source": source,
         }
         for a, b in pairs:
-            d = lp_by_row[a][kept_rows] - lp_by_row[b][kept_rows]
-            dp = np.exp(lp_by_row[a][kept_rows]) - np.exp(lp_by_row[b][kept_rows])
-            stats = delta_stats(d, dp, fcfg.bootstrap_samples, seed + latent)
-            hd = lp_by_row[a][h_rows] - lp_by_row[b][h_rows]
-            hdp = np.exp(lp_by_row[a][h_rows]) - np.exp(lp_by_row[b][h_rows])
-            h_med = float(np.median(hd)) if len(hd) else float("nan")
-            out.append(
-                {
-                    **common,
-                    "model_a": a,
-                    "model_b": b,
-                    **stats,
-                    "holdout_median_dlogp": h_med,
-                    "holdout_mean_dlogp": float(np.mean(hd)) if len(hd) else float("nan"),
-                    "holdout_median_dp": float(np.median(hdp)) if len(hdp) else float("nan"),
-                    "generalizes": generalizes(stats["median_dlogp"], h_med),
-                }
-            )
+            stats = pair_stats(kept_rows, h_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed + latent)
+            out.append({**common, "model_a": a, "model_b": b, **stats})
     return out
 
 
 def apply_filters(rows: list[dict], fcfg: FeaturesConfig) -> None:
-    """Adds q_value, paper_rule, kept and better_model (q-values are per pair, across latents)."""
+    """Adds q_value, paper_rule, kept and better_model.
+
+    q-values (BH, per pair, across latents) come from the holdout test, so significance is never
+    computed on the words whose Δ chose them."""
     pairs = sorted({(r["model_a"], r["model_b"]) for r in rows})
     for pair in pairs:
         mine = [r for r in rows if (r["model_a"], r["model_b"]) == pair]
-        q = bh_qvalues(np.array([r["p_value"] for r in mine], dtype=np.float64))
+        q = bh_qvalues(np.array([r["holdout_p_value"] for r in mine], dtype=np.float64))
         for r, qv in zip(mine, q):
             r["q_value"] = float(qv)
     for r in rows:
@@ -183,7 +230,9 @@ def apply_filters(rows: list[dict], fcfg: FeaturesConfig) -> None:
         r["paper_rule"] = bool(abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp)
         significant = (not fcfg.require_significance) or (np.isfinite(r["q_value"]) and r["q_value"] < fcfg.q_threshold)
         valid = (not fcfg.require_generalize) or r["generalizes"]
-        r["kept"] = bool(r["paper_rule"] and significant and valid and r["n_top"] >= fcfg.min_activations)
+        enough = r["n_top"] >= fcfg.min_activations and r["holdout_n"] >= fcfg.min_activations
+        r["passes_delta"] = bool(r["paper_rule"] and significant and valid and enough)
+        r["kept"] = r["passes_delta"]
         r["better_model"] = r["model_a"] if med > 0 else r["model_b"] if med < 0 else None
 
 
@@ -208,9 +257,19 @@ FEATURE_SCHEMA = pa.schema(
         ("holdout_median_dlogp", pa.float64()),
         ("holdout_mean_dlogp", pa.float64()),
         ("holdout_median_dp", pa.float64()),
+        ("holdout_ci_low", pa.float64()),
+        ("holdout_ci_high", pa.float64()),
+        ("holdout_p_value", pa.float64()),
         ("generalizes", pa.bool_()),
         ("paper_rule", pa.bool_()),
+        ("passes_delta", pa.bool_()),
+        ("rule", pa.string()),
+        ("rule_json", pa.string()),
+        ("rule_precision", pa.float64()),
+        ("rule_recall", pa.float64()),
+        ("rule_f1", pa.float64()),
         ("kept", pa.bool_()),
+        ("finding", pa.int32()),
         ("better_model", pa.string()),
         ("top_words", pa.string()),
         ("source", pa.string()),
@@ -234,7 +293,7 @@ def cut_context(text: str, start: int, end: int, chars: int) -> tuple[str, str, 
     return left, text[start:end], right
 
 
-def _negative_rows(encode: Encoder, matrix: np.ndarray, latent_forms: dict[int, set[str]], holdout_rows: np.ndarray, holdout_forms: np.ndarray, n: int, seed: int) -> dict[int, np.ndarray]:
+def _negative_rows(encode: Encoder, matrix: np.ndarray, latent_forms: dict[int, set[str]], holdout_rows: np.ndarray, holdout_forms: np.ndarray, n: int, seed: int, chunk_rows: int) -> dict[int, np.ndarray]:
     """Per latent: holdout rows where it is inactive, half with its top word forms, half random."""
     rng = np.random.default_rng(seed)
     candidates: dict[int, np.ndarray] = {}
@@ -246,7 +305,7 @@ def _negative_rows(encode: Encoder, matrix: np.ndarray, latent_forms: dict[int, 
     if not candidates:
         return {}
     all_rows = np.unique(np.concatenate(list(candidates.values())))
-    acts = torch.cat([encode(torch.from_numpy(np.asarray(matrix[all_rows[s : s + 8192]], dtype=np.float32))) for s in range(0, len(all_rows), 8192)])
+    acts = torch.cat([a for _, a in encode_rows(encode, matrix, all_rows, chunk_rows)])
     position = {r: i for i, r in enumerate(all_rows.tolist())}
     out = {}
     for latent, rows in candidates.items():
@@ -311,7 +370,7 @@ def corpus_stats(index: pa.Table, models: list[str], pairs: list[tuple[str, str]
     return out
 
 
-def print_summary(features: pa.Table, stats: dict, limit: int = 25) -> None:
+def print_summary(findings: pa.Table, features: pa.Table, stats: dict, limit: int = 25) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -322,22 +381,112 @@ def print_summary(features: pa.Table, stats: dict, limit: int = 25) -> None:
     for m, s in stats["models"].items():
         header.add_row(m, f"{s['mean_logprob']:.3f}", f"{s['perplexity']:.2f}", str(s["words"]))
     console.print(header)
-    kept = features.filter(pc.field("kept")).to_pylist()
-    kept.sort(key=lambda r: -abs(r["median_dlogp"]))
-    table = Table(title=f"Kept features: {len(kept)} (of {features.num_rows} live latent rows)")
-    for col in ("latent", "better", "median Δlog p [95% CI]", "q", "holdout Δ", "top words", "label"):
+    n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
+    table = Table(title=f"Findings: {findings.num_rows} ({n_kept} kept latents of {features.num_rows} live latent rows)")
+    for col in ("finding", "better", "holdout Δlog p [95% CI]", "rule (held-out F1)", "latents", "top words"):
         table.add_column(col)
-    for r in kept[:limit]:
+    for r in findings.to_pylist()[:limit]:
         table.add_row(
-            str(r["latent"]),
+            str(r["finding"]),
             str(r["better_model"]),
-            f"{r['median_dlogp']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]",
-            f"{r['q_value']:.1e}",
-            f"{r['holdout_median_dlogp']:+.2f}",
+            f"{r['holdout_median_dlogp']:+.2f} [{r['holdout_ci_low']:+.2f}, {r['holdout_ci_high']:+.2f}]",
+            f"{r['rule']} ({r['rule_f1']:.2f})" if r["rule"] else "-",
+            str(r["latents"]),
             (r["top_words"] or "")[:50],
-            (r.get("label") or "")[:60],
         )
     console.print(table)
+
+
+# ---------------------------------------------------------------- rules and findings
+
+def _rule_columns(fit: LatentRule | None) -> dict:
+    if fit is None:
+        return {"rule": None, "rule_json": None, "rule_precision": None, "rule_recall": None, "rule_f1": None}
+    return {
+        "rule": fit.train.rule.describe(),
+        "rule_json": json.dumps(fit.train.rule.as_dict()),
+        "rule_precision": fit.holdout.precision,
+        "rule_recall": fit.holdout.recall,
+        "rule_f1": fit.holdout.f1,
+    }
+
+
+def add_rules_and_findings(
+    feats: list[dict], top: TopActivations, fires_of: Callable[[list[int]], np.ndarray], attrs: WordAttributes,
+    rows_by_split: dict[str, np.ndarray], lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, fcfg: FeaturesConfig, seed: int,
+) -> list[dict]:
+    """Mine a rule for every latent that passes the Δ tests, apply the coherence requirement, group
+    kept latents into findings; returns the findings' rows."""
+    candidates = sorted({r["latent"] for r in feats if r["passes_delta"]})
+    fires = fires_of(candidates)
+    column = {latent: j for j, latent in enumerate(candidates)}
+    rules: dict[int, LatentRule | None] = {}
+    for latent in candidates:
+        rules[latent] = mine_rule(
+            attrs, top_words(top, "train", latent), top_words(top, "holdout", latent), fires[:, column[latent]],
+            rows_by_split["train"], rows_by_split["holdout"], fcfg.rule_min_share,
+        )
+    for r in feats:
+        r.update(_rule_columns(rules.get(r["latent"])))
+        coherent = r["rule_f1"] is not None and r["rule_f1"] >= fcfg.min_rule_f1
+        r["kept"] = bool(r["passes_delta"] and coherent)
+        r["finding"] = None
+    kept = [r for r in feats if r["kept"]]
+    groups = group_latents(
+        [(r["model_a"], r["model_b"], r["better_model"]) for r in kept],
+        [r["rule"] for r in kept],
+        [top_words(top, "holdout", r["latent"]) for r in kept],
+        fires[:, [column[r["latent"]] for r in kept]] if kept else np.zeros((0, 0), bool),
+        fcfg.finding_overlap,
+    )
+    findings = []
+    for g in groups:
+        members = [kept[i] for i in g]
+        latents = [m["latent"] for m in members]
+        train_rows = np.unique(np.concatenate([top_words(top, "train", m) for m in latents]))
+        holdout_rows = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
+        a, b = members[0]["model_a"], members[0]["model_b"]
+        stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
+        union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
+        fit = mine_rule(attrs, train_rows, holdout_rows, union_fires, rows_by_split["train"], rows_by_split["holdout"], fcfg.rule_min_share)
+        fid = len(findings)
+        for m in members:
+            m["finding"] = fid
+        findings.append({
+            "finding": fid,
+            "model_a": a,
+            "model_b": b,
+            "better_model": members[0]["better_model"],
+            "latents": ",".join(str(x) for x in sorted(latents)),
+            "n_latents": len(latents),
+            "n_top": int(len(train_rows)),
+            "holdout_n": int(len(holdout_rows)),
+            **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
+                                      "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
+            **_rule_columns(fit),
+            "top_words": top_forms(words_by_row[train_rows]),
+        })
+    # Findings are numbered by effect size so that finding 0 is the largest difference.
+    order = sorted(range(len(findings)), key=lambda i: -abs(findings[i]["holdout_median_dlogp"]))
+    renumber = {old: new for new, old in enumerate(order)}
+    for r in feats:
+        if r["finding"] is not None:
+            r["finding"] = renumber[r["finding"]]
+    findings = [dict(findings[old], finding=new) for new, old in enumerate(order)]
+    return findings
+
+
+FINDING_SCHEMA = pa.schema(
+    [
+        ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
+        ("latents", pa.string()), ("n_latents", pa.int32()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
+        ("median_dlogp", pa.float64()), ("mean_dlogp", pa.float64()), ("median_dp", pa.float64()),
+        ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("consistency", pa.float64()),
+        ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
+        ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
+        ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
+    ]
+)
 
 
 # ---------------------------------------------------------------- stage
@@ -363,9 +512,11 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     else:
         sae = load_sae(run_dir_for(cfg))
         encode, d_sae = sae_encoder(sae), sae.cfg.d_sae
+    encode = ranking_encoder(encode, d_emb, info["performance"], fcfg.ranking)
     top = top_activations(encode, matrix, rows_by_split, d_sae, fcfg.top_n, fcfg.chunk_rows)
 
-    words_of_row = _words_by_row(cfg, index)
+    words_of_row, word_position = _words_by_row(cfg, index)
+    attrs = _word_attributes(cfg).take(word_position)
     lp_by_row = {m: index[f"logprob__{m}"].to_numpy() for m in models}
 
     def embedding_of(r: np.ndarray) -> np.ndarray:
@@ -373,39 +524,15 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
 
     feats = feature_rows(top, lp_by_row, words_of_row, embedding_of, pairs, fcfg, cfg.seed, baseline or "sae")
     apply_filters(feats, fcfg)
-    features = pa.Table.from_pylist(feats, schema=FEATURE_SCHEMA) if feats else FEATURE_SCHEMA.empty_table()
-
-    # Top activations table and the example contexts.
-    top_records, examples = [], []
-    for split_name in ("train", "holdout"):
-        for latent in range(d_sae):
-            acts, rws = _latent_examples(top.values[split_name][latent], top.rows[split_name][latent])
-            in_top = percentile_rule(acts)
-            for rank, (a, r, t) in enumerate(zip(acts, rws, in_top)):
-                top_records.append((latent, split_name, rank, int(r), float(a)))
-                examples.append((latent, split_name, rank, int(r), float(a), bool(t)))
-    labeled = {r["latent"] for r in feats if r["kept"] or not cfg.label.only_kept}
-    holdout_rows = rows_by_split["holdout"]
-    if len(holdout_rows) and labeled:
-        holdout_forms = np.array([normalize_word(w) for w in words_of_row[holdout_rows]], dtype=object)
-        latent_forms = {}
-        for latent in sorted(labeled):
-            acts, rws = _latent_examples(top.values["train"][latent], top.rows["train"][latent])
-            latent_forms[latent] = {normalize_word(w) for w in words_of_row[rws[percentile_rule(acts)]]}
-        negatives = _negative_rows(encode, matrix, latent_forms, holdout_rows, holdout_forms, cfg.label.validation_examples, cfg.seed)
-        for latent, neg in negatives.items():
-            examples.extend((latent, "negative", rank, int(r), 0.0, False) for rank, r in enumerate(neg))
-    top_tbl = pa.table(
-        {
-            "latent": pa.array([t[0] for t in top_records], pa.int32()),
-            "split": pa.array([t[1] for t in top_records], pa.string()),
-            "rank": pa.array([t[2] for t in top_records], pa.int32()),
-            "doc_id": index["doc_id"].take(pa.array([t[3] for t in top_records], pa.int64())),
-            "word_idx": index["word_idx"].take(pa.array([t[3] for t in top_records], pa.int64())),
-            "row": pa.array([t[3] for t in top_records], pa.int64()),
-            "activation": pa.array([t[4] for t in top_records], pa.float32()),
-        }
+    findings = add_rules_and_findings(
+        feats, top, lambda latents: firing(encode, matrix, latents, fcfg.chunk_rows), attrs, rows_by_split, lp_by_row, words_of_row, fcfg, cfg.seed
     )
+    features = pa.Table.from_pylist(feats, schema=FEATURE_SCHEMA) if feats else FEATURE_SCHEMA.empty_table()
+    findings_tbl = pa.Table.from_pylist(findings, schema=FINDING_SCHEMA) if findings else FINDING_SCHEMA.empty_table()
+
+    top_tbl, examples = _top_records(top, d_sae, index)
+    labeled = {r["latent"] for r in feats if r["kept"] or not cfg.label.only_kept}
+    examples.extend(_negative_examples(cfg, encode, matrix, top, labeled, rows_by_split["holdout"], words_of_row))
     contexts = contexts_table(cfg, examples, index, models)
     n_docs = read_table(cfg.out / "documents.parquet", columns=["doc_id"]).num_rows
     stats = corpus_stats(index, models, pairs, n_docs)
@@ -416,11 +543,49 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     (dest / "features.parquet").unlink(missing_ok=True)
     atomic_write_table(dest / "top_activations.parquet", top_tbl)
     atomic_write_table(dest / "contexts.parquet", contexts)
+    atomic_write_table(dest / "findings.parquet", findings_tbl)
     atomic_write_json(dest / "corpus_stats.json", stats)
     atomic_write_table(dest / "features.parquet", features)
-    print_summary(features, stats)
+    print_summary(findings_tbl, features, stats)
     n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
-    return {"live_latents": len({r["latent"] for r in feats}), "feature_rows": features.num_rows, "kept": n_kept, "source": baseline or "sae"}
+    return {
+        "live_latents": len({r["latent"] for r in feats}), "feature_rows": features.num_rows, "kept": n_kept,
+        "findings": findings_tbl.num_rows, "source": baseline or "sae",
+    }
+
+
+def _top_records(top: TopActivations, d_sae: int, index: pa.Table) -> tuple[pa.Table, list]:
+    """The top activations table and the (latent, split, rank, row, activation, in_top) examples."""
+    records, examples = [], []
+    for split_name in ("train", "holdout"):
+        for latent in range(d_sae):
+            acts, rws = _latent_examples(top.values[split_name][latent], top.rows[split_name][latent])
+            in_top = percentile_rule(acts)
+            for rank, (a, r, t) in enumerate(zip(acts, rws, in_top)):
+                records.append((latent, split_name, rank, int(r), float(a)))
+                examples.append((latent, split_name, rank, int(r), float(a), bool(t)))
+    row_ids = pa.array([t[3] for t in records], pa.int64())
+    table = pa.table(
+        {
+            "latent": pa.array([t[0] for t in records], pa.int32()),
+            "split": pa.array([t[1] for t in records], pa.string()),
+            "rank": pa.array([t[2] for t in records], pa.int32()),
+            "doc_id": index["doc_id"].take(row_ids),
+            "word_idx": index["word_idx"].take(row_ids),
+            "row": row_ids,
+            "activation": pa.array([t[4] for t in records], pa.float32()),
+        }
+    )
+    return table, examples
+
+
+def _negative_examples(cfg: Config, encode: Encoder, matrix: np.ndarray, top: TopActivations, latents: set[int], holdout_rows: np.ndarray, words_of_row: np.ndarray) -> list:
+    if not (len(holdout_rows) and latents):
+        return []
+    holdout_forms = np.array([normalize_form(w) for w in words_of_row[holdout_rows]], dtype=object)
+    latent_forms = {latent: {normalize_form(w) for w in words_of_row[top_words(top, "train", latent)]} for latent in sorted(latents)}
+    negatives = _negative_rows(encode, matrix, latent_forms, holdout_rows, holdout_forms, cfg.label.validation_examples, cfg.seed, cfg.features.chunk_rows)
+    return [(latent, "negative", rank, int(r), 0.0, False) for latent, neg in negatives.items() for rank, r in enumerate(neg)]
 
 
 def features_dir(cfg: Config, baseline: str | None = None):
@@ -428,18 +593,23 @@ def features_dir(cfg: Config, baseline: str | None = None):
     return cfg.out / "baselines" / baseline if baseline else cfg.out
 
 
-def _words_by_row(cfg: Config, index: pa.Table) -> np.ndarray:
-    """The word string of every matrix row (object array)."""
+def _words_by_row(cfg: Config, index: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The word string of every matrix row (object array), and its position in `words/` order."""
     words = read_table(cfg.out / "words", columns=["doc_id", "word_idx", "word"])
+    words = words.append_column("position", pa.array(np.arange(words.num_rows)))
     keyed = index.select(["row", "doc_id", "word_idx"]).join(words, keys=["doc_id", "word_idx"]).sort_by("row")
     out = np.empty(index.num_rows, dtype=object)
-    out[keyed["row"].to_numpy()] = np.array(keyed["word"].to_pylist(), dtype=object)
-    return out
+    rows = keyed["row"].to_numpy()
+    out[rows] = np.array(keyed["word"].to_pylist(), dtype=object)
+    position = np.empty(index.num_rows, dtype=np.int64)
+    position[rows] = keyed["position"].to_numpy()
+    return out, position
 
 
-def read_features(cfg: Config) -> pa.Table:
-    return read_table(cfg.out / "features.parquet")
-
-
-def load_corpus_stats(cfg: Config) -> dict:
-    return json.loads((cfg.out / "corpus_stats.json").read_text())
+def _word_attributes(cfg: Config) -> WordAttributes:
+    """Rule attributes of every word in `words/` order (documents are contiguous there)."""
+    words = read_table(cfg.out / "words", columns=["doc_id", "word"])
+    doc_ids = words["doc_id"].to_numpy(zero_copy_only=False)
+    word_list = words["word"].to_pylist()
+    bounds = np.flatnonzero(np.r_[True, doc_ids[1:] != doc_ids[:-1], True])
+    return word_attributes([word_list[s:e] for s, e in zip(bounds[:-1], bounds[1:])])

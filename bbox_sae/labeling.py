@@ -39,6 +39,7 @@ from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config, LabelConfig
 from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.retry import backoff_delay, retry_after_seconds
+from bbox_sae.rules import Rule, normalize_form, word_attributes
 from bbox_sae.words import split_words
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class FeatureExamples:
     holdout: tuple[Context, ...]
     negative: tuple[Context, ...]
     comparisons: tuple[Comparison, ...]
+    rule: Rule | None = None  # the features stage's best context rule, when it found one
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,12 @@ def feature_examples(
     for r in rows.select(CONTEXT_COLUMNS).to_pylist():
         by_split[(r["latent"], r["split"])].append((r["rank"], Context(r["left"] or "", r["word"] or "", r["right"] or "")))
     comparisons: dict[int, list[Comparison]] = defaultdict(list)
-    for r in features.filter(pc.is_in(pc.cast(features["latent"], pa.int64()), value_set=wanted)).select(FEATURE_COLUMNS).to_pylist():
+    rules: dict[int, Rule] = {}
+    columns = FEATURE_COLUMNS + (["rule_json"] if "rule_json" in features.column_names else [])
+    for r in features.filter(pc.is_in(pc.cast(features["latent"], pa.int64()), value_set=wanted)).select(columns).to_pylist():
         comparisons[r["latent"]].append(Comparison(r["model_a"], r["model_b"], r["better_model"], r["median_dlogp"]))
+        if r.get("rule_json"):
+            rules[r["latent"]] = Rule(**json.loads(r["rule_json"]))
 
     def top(latent: int, split: str, n: int) -> tuple[Context, ...]:
         return tuple(c for _, c in sorted(by_split[(latent, split)], key=lambda rc: rc[0])[:n])
@@ -148,6 +154,7 @@ def feature_examples(
             holdout=top(latent, "holdout", n_validation),
             negative=top(latent, "negative", n_validation),
             comparisons=tuple(comparisons[latent]),
+            rule=rules.get(latent),
         )
         for latent in latents
     ]
@@ -463,14 +470,6 @@ _CLASS_SINGULAR = {
 }
 
 
-def normalize_form(word: str) -> str:
-    """Case- and space-normalized word form; any whitespace run is one form per kind."""
-    stripped = word.strip()
-    if not stripped:
-        return "\n" if "\n" in word else " "
-    return stripped.lower()
-
-
 def char_class(word: str) -> str:
     stripped = word.strip()
     if not stripped:
@@ -513,7 +512,7 @@ class Cue:
 
 
 @dataclass(frozen=True)
-class Rule:
+class HeuristicRule:
     forms: tuple[str, ...]  # the word is one of these normalized forms (empty: any word of `word_class`)
     word_class: str | None
     left: Cue | None
@@ -537,7 +536,7 @@ def _side_cue(texts: Sequence[str], side: str) -> Cue | None:
     return best[4] if -best[0] >= _MIN_SHARE else None
 
 
-def heuristic_rule(train: Sequence[Context]) -> Rule:
+def heuristic_rule(train: Sequence[Context]) -> HeuristicRule:
     n = len(train)
     ranked = sorted(Counter(normalize_form(c.word) for c in train).items(), key=lambda kv: (-kv[1], kv[0]))
     forms: list[str] = []
@@ -552,11 +551,11 @@ def heuristic_rule(train: Sequence[Context]) -> Rule:
     left = _side_cue([c.left for c in train], "left")
     right = _side_cue([c.right for c in train], "right")
     if covered / n >= _MIN_SHARE:
-        return Rule(tuple(forms), None, left, right, coherent=True)
+        return HeuristicRule(tuple(forms), None, left, right, coherent=True)
     cls, count = min(Counter(char_class(c.word) for c in train).items(), key=lambda kv: (-kv[1], kv[0]))
     if cls != "word" and count / n >= _MIN_SHARE:
-        return Rule((), cls, left, right, coherent=True)
-    return Rule(tuple(f for f, _ in ranked[:_MAX_FORMS]), None, left, right, coherent=False)
+        return HeuristicRule((), cls, left, right, coherent=True)
+    return HeuristicRule(tuple(f for f, _ in ranked[:_MAX_FORMS]), None, left, right, coherent=False)
 
 
 def _show_form(form: str) -> str:
@@ -572,7 +571,7 @@ def _show_cue(cue: Cue, side: str) -> str:
     return f"after {what}" if side == "left" else f"followed by {what}"
 
 
-def describe(rule: Rule) -> str:
+def describe(rule: HeuristicRule) -> str:
     if rule.forms:
         shown = [_show_form(f) for f in rule.forms]
         subject = " or ".join(shown) if rule.coherent else "mixed words such as " + ", ".join(shown)
@@ -588,7 +587,7 @@ def _cue_matches(cue: Cue, text: str, side: str) -> bool:
     return _neighbour_class(text, side) == cue.word_class
 
 
-def rule_matches(rule: Rule, ctx: Context) -> bool:
+def rule_matches(rule: HeuristicRule, ctx: Context) -> bool:
     """The deterministic judge of a heuristic description: every part of the rule must hold."""
     if rule.forms and normalize_form(ctx.word) not in rule.forms:
         return False
@@ -597,9 +596,25 @@ def rule_matches(rule: Rule, ctx: Context) -> bool:
     return all(_cue_matches(cue, text, side) for cue, text, side in ((rule.left, ctx.left, "left"), (rule.right, ctx.right, "right")) if cue)
 
 
+def context_matches(rule: Rule, ctx: Context) -> bool:
+    """Whether a context rule holds for a shown context (its word and the words to its left)."""
+    left = split_words(ctx.left)
+    attrs = word_attributes([[*left[-1:], ctx.word]])
+    return bool(rule.mask(attrs)[-1])
+
+
+def rule_label(feature: FeatureExamples, seed: int) -> LabelResult:
+    """The features stage's context rule, said in words and checked on the validation contexts."""
+    examples, truth = validation_set(feature, seed)
+    scores = detection_scores(truth, [context_matches(feature.rule, c) for c in examples])
+    return LabelResult(feature.rule.describe(), "rule", None, True, scores.balanced_accuracy, scores.precision, scores.recall)
+
+
 def heuristic_label(feature: FeatureExamples, seed: int) -> LabelResult:
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts in contexts.parquet")
+    if feature.rule is not None:
+        return rule_label(feature, seed)
     rule = heuristic_rule(feature.train)
     examples, truth = validation_set(feature, seed)
     scores = detection_scores(truth, [rule_matches(rule, c) for c in examples])

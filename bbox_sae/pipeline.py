@@ -236,20 +236,17 @@ def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str
 
 
 def _final_summary(cfg: Config, console) -> None:
-    import pyarrow.compute as pc
-
     from bbox_sae.artifacts import read_table
 
-    features = read_table(cfg.out / "features.parquet")
-    kept = features.filter(pc.field("kept")).to_pylist() if features.num_rows else []
-    console.print(f"\n{len(kept)} kept feature(s) out of {features.num_rows} latent rows.")
+    findings = read_table(cfg.out / "findings.parquet").to_pylist()
+    n_latents = sum(f["n_latents"] for f in findings)
+    console.print(f"\n{len(findings)} finding(s), from {n_latents} kept latent(s).")
     by_model: dict[str, list[dict]] = {}
-    for r in kept:
-        by_model.setdefault(r["better_model"], []).append(r)
+    for f in findings:
+        by_model.setdefault(f["better_model"], []).append(f)
     for model, rows in sorted(by_model.items()):
-        rows.sort(key=lambda r: -abs(r["median_dlogp"]))
-        console.print(f"\nWhere [bold]{model}[/bold] is better:")
-        for r in rows[:5]:
-            label = r.get("label") or r["top_words"]
-            console.print(f"  latent {r['latent']:>5}  Δlog p {r['median_dlogp']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]  {label}")
+        console.print(f"\nWhere [bold]{model}[/bold] is better (held-out Δlog p, 95% CI):")
+        for f in rows[:8]:
+            label = f["rule"] or f["top_words"]
+            console.print(f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  {label}  ({f['top_words'][:40]})")
     console.print(f"\nReport: {(cfg.out / 'report.html').resolve()}")

@@ -33,7 +33,8 @@ FEATURE_OPTIONAL = [
     "n_top", "density", "max_activation", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
     "p_value", "q_value", "coherence", "holdout_n", "holdout_median_dlogp", "holdout_mean_dlogp",
     "holdout_median_dp", "generalizes", "paper_rule", "source", "label", "label_source", "label_reason",
-    "label_coherent", "label_score", "label_precision", "label_recall",
+    "label_coherent", "label_score", "label_precision", "label_recall", "finding", "rule", "rule_f1",
+    "holdout_ci_low", "holdout_ci_high",
 ]  # fmt: skip
 CONTEXT_REQUIRED = ["latent", "split", "rank", "doc_id", "word_idx", "in_top", "left", "word", "right"]
 
@@ -41,7 +42,7 @@ CONTEXT_REQUIRED = ["latent", "split", "rank", "doc_id", "word_idx", "in_top", "
 WANDB_COLUMNS = [
     "latent", "model_a", "model_b", "pair", "source", "kept", "better_model", "label", "label_source",
     "label_score", "median_dlogp", "mean_dlogp", "ci_low", "ci_high", "median_dp", "q_value", "consistency",
-    "holdout_n", "holdout_median_dlogp", "density", "n_top", "top_words", "top_contexts",
+    "holdout_n", "holdout_median_dlogp", "density", "n_top", "top_words", "finding", "rule", "rule_f1", "top_contexts",
 ]  # fmt: skip
 HIST_BINS = 20
 
@@ -396,6 +397,19 @@ def _md_pair(a: str, b: str, features: list[dict], limit: int) -> list[str]:
     return lines
 
 
+def _md_findings(findings: list[dict]) -> list[str]:
+    """Findings first: one row per difference, however many latents express it."""
+    lines = ["## Findings", "", f"{len(findings)} finding(s); Δ is the median over the held-out top words, with a bootstrap 95% CI.", ""]
+    if findings:
+        lines += ["| finding | pair | better | rule (held-out F1) | held-out Δlog p [95% CI] | latents | top words |", "|---:|---|---|---|---|---|---|"]
+        for f in findings:
+            rule = f"{_md(f['rule'])} ({_fmt(f['rule_f1'], '.2f')})" if f["rule"] else "-"
+            delta = f"{_fmt(f['holdout_median_dlogp'], '+.2f')} [{_fmt(f['holdout_ci_low'], '+.2f')}, {_fmt(f['holdout_ci_high'], '+.2f')}]"
+            lines.append(f"| {f['finding']} | {_md(f['model_a'])} vs {_md(f['model_b'])} | {_md(f['better_model'])} | {rule} | {delta} | {_md(f['latents'])} | {_md(f['top_words'])} |")
+        lines.append("")
+    return lines
+
+
 def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
     stats = inputs.stats
     lines = [
@@ -414,6 +428,8 @@ def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
         "",
     ]
     pairs = stats.get("pairs") or sorted({(f["model_a"], f["model_b"]) for f in inputs.features})
+    if (cfg.out / "findings.parquet").exists():
+        lines += _md_findings(read_table(cfg.out / "findings.parquet").to_pylist())
     for a, b in pairs:
         lines += _md_pair(a, b, inputs.features, cfg.report.markdown_features)
     if inputs.sae_runs:

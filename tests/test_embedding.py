@@ -55,12 +55,13 @@ def test_windows_stitch_to_the_single_window_result(embedder, big_window_embedde
 
 
 def test_whitespace_words_take_the_token_to_their_left(big_window_embedder):
-    text = "one\n\ntwo three"
+    text = "one   two\n\nthree"
     spans = word_spans(text)
     vecs = big_window_embedder.embed([text])[0]
     words = [text[s:e] for s, e in spans]
-    assert words == ["one", "\n\n", "two", " three"]
-    np.testing.assert_allclose(vecs[1], vecs[0])  # "\n\n" has no BERT token: takes "one"'s vector
+    assert words == ["one", "  ", " two", "\n\n", "three"]
+    np.testing.assert_allclose(vecs[1], vecs[0])  # a space run has no BERT token: takes "one"'s vector
+    assert not np.allclose(vecs[3], vecs[2])  # a line break has its own '¶' tokens
 
 
 def test_leading_whitespace_takes_the_first_token():
@@ -89,3 +90,18 @@ def test_encoder_windows_cover_every_token_and_prefer_the_centre(n, window, stri
         assert b <= t < e
         margin = min(t - b, e - 1 - t)
         assert all(margin >= min(t - bb, ee - 1 - t) for bb, ee in windows if bb <= t < ee)
+
+
+def test_the_encoder_sees_line_breaks_its_tokenizer_would_drop(tiny_encoder):
+    """WordPiece reads '\\n' as a space; with the '¶' marker the word after a blank line is embedded
+    in a different context than the same word after spaces, and nothing else moves."""
+    marked = load_embedder(EmbeddingConfig(model=str(tiny_encoder), window=64, stride=32, device="cpu"))
+    plain = load_embedder(EmbeddingConfig(model=str(tiny_encoder), window=64, stride=32, device="cpu", mark_line_breaks=False))
+    blank, spaced = "ROMEO. Good night.\n\nJULIET. Farewell.", "ROMEO. Good night.  JULIET. Farewell."
+    assert word_spans(blank).shape == word_spans(spaced).shape
+    juliet = [i for i, (s, e) in enumerate(word_spans(blank)) if blank[s:e] == "JULIET"][0]
+    p_blank, p_spaced = plain.embed([blank, spaced])
+    assert np.allclose(p_blank[juliet], p_spaced[juliet], atol=1e-5)
+    m_blank, m_spaced = marked.embed([blank, spaced])
+    assert not np.allclose(m_blank[juliet], m_spaced[juliet], atol=1e-3)
+    assert np.allclose(m_spaced, p_spaced, atol=1e-5)  # text without line breaks is unchanged

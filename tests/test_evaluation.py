@@ -8,16 +8,37 @@ from bbox_sae.words import split_words
 
 
 def test_shipped_rules_match_what_they_say():
-    rules, noise, seed = load_rules("configs/planted-rules.yaml")
+    rules, noise, seed = load_rules("configs/planted-rules-shakespeare.yaml")
     by_name = {r.name: r for r in rules}
-    text = "ROMEO.\nIf it were so, Juliet, thou art fair.\n\nJULIET.\nThey were here, and thy father too."
+    text = "ROMEO.\nIf it were so, thou art fair? I do not know, my lord, not I; two men.\n\nJULIET.\nThey were here, and thy father too."
     words = split_words(text)
     hits = {n: [words[i] for i in np.flatnonzero(r.matches(words))] for n, r in by_name.items()}
-    assert hits["speaker-tag"] == ["ROMEO", "JULIET"]
-    assert hits["were-after-if"] == [" were"]
+    assert hits["speech-start"] == ["ROMEO", "JULIET"]
     assert hits["thou-forms"] == [" thou", " thy"]
-    assert hits["comma-before-capital"] == [","]
+    assert hits["not-after-auxiliary"] == [" not"]
+    assert hits["question-mark"] == ["?"]
+    assert hits["number-word"] == [" two"]
+    assert hits["my-lord"] == [" lord"]
     assert noise == 0.1 and seed == 0
+    assert len({r.kind for r in rules}) == 6 and {np.sign(r.delta) for r in rules} == {-1, 1}
+
+
+def test_handbook_rules_match_what_they_say():
+    rules, _, _ = load_rules("configs/planted-rules-handbook.yaml")
+    text = "Packages (see 2 of them) can be found.\n\nFor example, the package must be 10 MB; for instance."
+    words = split_words(text)
+    hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words))] for r in rules}
+    assert hits == {
+        "package-forms": ["Packages", "package"], "be-after-modal": ["be", "be"], "paragraph-start": ["Packages", "For"],
+        "opening-bracket": ["("], "number": ["2", "10"], "for-example": ["example", "instance"],
+    }
+
+
+def test_rules_may_not_look_right(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text("rules:\n  - {name: x, delta: 1, word: ',', next: '^ [A-Z]'}\n")
+    with pytest.raises(ConfigError, match="causal"):
+        load_rules(p)
 
 
 def test_planted_logprobs_add_the_delta_only_where_rules_match():

