@@ -123,7 +123,7 @@ class EmbeddingConfig(Section):
 
 
 class BuildConfig(Section):
-    performance: Literal["probs", "logprobs", "delta"] = "probs"
+    performance: Literal["probs", "logprobs", "delta", "delta_context"] = "probs"
     output_feature_weight: float = Field(default=0.7, ge=0.0, le=1.0)
     chunk_rows: int = Field(default=65536, ge=1, description="rows held in memory at once")
 
@@ -141,6 +141,9 @@ class SAEConfig(Section):
     epochs: float = Field(default=10.0, gt=0)
     total_rows: int | None = Field(default=None, ge=1, description="overrides epochs")
     aux_coefficient: float = Field(default=1 / 32, ge=0)
+    sample_weighting: Literal["none", "delta"] = Field(
+        default="none", description="draw train rows in proportion to how much the models differ on them (delta) or uniformly"
+    )
     dead_feature_window: int = Field(default=1000, ge=1, description="steps without firing before a latent counts as dead")
     decoder_init_norm: float = Field(default=0.1, gt=0)
     seed: int = 0
@@ -172,10 +175,16 @@ class FeaturesConfig(Section):
     baseline: Literal["none", "random", "kmeans"] = "none"
     min_activations: int = Field(default=5, ge=1, description="fewer top words (train or holdout) than this: never kept")
     ranking: Literal["blind", "full"] = Field(
-        default="blind",
-        description="rank a latent's examples by its activation with the models made indistinguishable "
-        "(blind: its Δ can then be tested without circularity) or on the full row (the paper)",
+        default="full",
+        description="rank a latent's examples by its activation on the full row (the paper) or with the models made "
+        "indistinguishable (blind: needed when `test: top`, so that the holdout top words are not chosen by their Δ)",
     )
+    test: Literal["rule", "top"] = Field(
+        default="rule",
+        description="what is tested on holdout: the context rules latents propose (rule: on every holdout word the rule "
+        "matches) or each latent's own holdout top words (top)",
+    )
+    max_rules_per_latent: int = Field(default=3, ge=1, description="rules a latent may propose (one per group it mixes)")
     min_rule_f1: float = Field(
         default=0.0, ge=0, le=1, description="kept latents need a context rule with at least this held-out F1 (0: no coherence requirement)"
     )

@@ -29,20 +29,34 @@ from bbox_sae.errors import ArtifactError
 log = logging.getLogger(__name__)
 
 
-def performance_columns(logprobs: np.ndarray, mode: str) -> np.ndarray:
-    """(rows, n_models) log-probs -> performance features (rows, d_perf)."""
-    if mode == "probs":
-        return np.exp(logprobs)
-    if mode == "logprobs":
-        return logprobs.copy()
+def _deltas(logprobs: np.ndarray) -> np.ndarray:
+    """A − B for two models; each model against the models' mean for more."""
     if logprobs.shape[1] == 2:
         return logprobs[:, :1] - logprobs[:, 1:]
     return logprobs - logprobs.mean(axis=1, keepdims=True)
 
 
-def performance_names(models: list[str], mode: str) -> list[str]:
+def performance_columns(logprobs: np.ndarray, mode: str, embedding: np.ndarray | None = None) -> np.ndarray:
+    """(rows, n_models) log-probs -> performance features (rows, d_perf).
+
+    `delta_context` is the context direction scaled by the signed difference (Δ ⊗ unit embedding):
+    words where the same model wins in similar contexts point the same way, words of unrelated
+    contexts do not, so there is no single "A wins" direction for unrelated differences to share."""
+    if mode == "probs":
+        return np.exp(logprobs)
+    if mode == "logprobs":
+        return logprobs.copy()
     if mode == "delta":
-        return [f"delta__{models[0]}-{models[1]}"] if len(models) == 2 else [f"delta__{m}-mean" for m in models]
+        return _deltas(logprobs)
+    unit = embedding / np.maximum(np.linalg.norm(embedding, axis=1, keepdims=True), 1e-12)
+    d = _deltas(logprobs)
+    return (d[:, :, None] * unit[:, None, :]).reshape(len(d), -1)
+
+
+def performance_names(models: list[str], mode: str, d_embedding: int = 0) -> list[str]:
+    if mode in ("delta", "delta_context"):
+        names = [f"delta__{models[0]}-{models[1]}"] if len(models) == 2 else [f"delta__{m}-mean" for m in models]
+        return names if mode == "delta" else [f"{n}*e{i}" for n in names for i in range(d_embedding)]
     return [f"{'p' if mode == 'probs' else 'logprob'}__{m}" for m in models]
 
 
@@ -167,7 +181,7 @@ def run_build(cfg: Config) -> dict:
         for i, m in enumerate(models):
             stats.dropped_by_model[m] += int((~np.isfinite(chunk.logprobs[:, i])).sum())
         e = chunk.embedding[chunk.valid].astype(np.float64)
-        p = performance_columns(chunk.logprobs[chunk.valid], mode)
+        p = performance_columns(chunk.logprobs[chunk.valid], mode, e)
         ne, np_ = (e**2).sum(1), (p**2).sum(1)
         sum_e += np.sqrt(ne).sum()
         sum_p += np.sqrt(np_).sum()
@@ -179,7 +193,7 @@ def run_build(cfg: Config) -> dict:
     stats.dropped_missing_logprob = stats.rows_in - stats.rows - stats.dropped_nonfinite_embedding
     mean_e, mean_p, mean_j = sum_e / stats.rows, sum_p / stats.rows, sum_j / stats.rows
     a, b = part_scales(mean_e, mean_p, mean_j, weight)
-    perf_names = performance_names(models, mode)
+    perf_names = performance_names(models, mode, d_emb)
 
     # Pass 2: scaled rows into a memory-mapped .npy, index rows into a streamed Parquet file.
     d_total = d_emb + len(perf_names)
@@ -199,7 +213,7 @@ def run_build(cfg: Config) -> dict:
                 if n == 0:
                     continue
                 matrix[row : row + n, :d_emb] = a * chunk.embedding[v]
-                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode)
+                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode, chunk.embedding[v])
                 words = chunk.words.filter(pa.array(v))
                 cols = {
                     "row": pa.array(np.arange(row, row + n), pa.int64()),

@@ -39,6 +39,7 @@ import yaml
 from bbox_sae.artifacts import atomic_write_json, read_table
 from bbox_sae.config import Config
 from bbox_sae.errors import ConfigError
+from bbox_sae.rules import Rule
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +159,18 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     latents = sorted({m for ms in members for m in ms})
     fires, holdout = _firing(cfg, latents, source) if latents else (np.zeros((len(any_rule), 0), bool), np.zeros(len(any_rule), bool))
     column = {latent: j for j, latent in enumerate(latents)}
+    # A rule-tested finding is its rule: its words are the holdout words the rule matches.
+    by_rule = cfg.features.test == "rule"
+    attrs = _row_attributes(cfg) if by_rule and findings else None
+    holdout_rows = np.flatnonzero(holdout)
+    words_of = []
+    for f, ms in zip(findings, members):
+        if by_rule:
+            words_of.append(holdout_rows[Rule(**json.loads(f["rule_json"])).mask(attrs, holdout_rows)])
+        else:
+            words_of.append(np.unique(np.concatenate([top_rows_of[m] for m in ms])))
     shares = []
-    for ms in members:
-        rows = np.unique(np.concatenate([top_rows_of[m] for m in ms]))
+    for rows in words_of:
         share = {r.name: float(masks_by_row[r.name][rows].mean()) for r in rules}
         share["_planted"] = float(any_rule[rows].mean())
         shares.append(share)
@@ -175,7 +185,10 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
                 continue
             best["splits"] += share[r.name] >= SPURIOUS_SHARE
             if share[r.name] > best["precision"]:
-                recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
+                if by_rule:
+                    recall = float(np.isin(np.flatnonzero(rule_holdout), words_of[findings.index(f)]).mean()) if rule_holdout.any() else 0.0
+                else:
+                    recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
                 best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE, label=f["rule"])
         per_rule[r.name] = best
     spurious = [f["finding"] for f, share in zip(findings, shares) if share["_planted"] < SPURIOUS_SHARE]
@@ -193,6 +206,16 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
                               for f in findings if f["finding"] in spurious],
         "per_rule": per_rule,
     }
+
+
+def _row_attributes(cfg: Config):
+    """Rule attributes of every row of `cfg.out`'s build index."""
+    from bbox_sae.dataset import open_matrix
+    from bbox_sae.features import _word_attributes, _words_by_row
+
+    _, index, _ = open_matrix(cfg)
+    _, position = _words_by_row(cfg, index)
+    return _word_attributes(cfg).take(position)
 
 
 def _group_rows(top: pa.Table) -> dict[int, np.ndarray]:

@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, resolve_files
 from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.dataset import open_matrix
-from bbox_sae.findings import LatentRule, group_latents, mine_rule, top_forms
-from bbox_sae.rules import Rule, WordAttributes, normalize_form, word_attributes
+from bbox_sae.findings import LatentRule, RuleCandidate, group_latents, mine_rule, nested_groups, propose_rules, rule_words, top_forms
+from bbox_sae.rules import RuleFit, WordAttributes, fit_rule, normalize_form, word_attributes
 from bbox_sae.stats import StreamingTopN, bh_qvalues, coherence, delta_stats, generalizes, percentile_rule
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def blind_rows(x: torch.Tensor, d_embedding: int, performance: str) -> torch.Ten
     the null of exchangeable models the selected Δ are symmetric about 0)."""
     out = x.clone()
     perf = out[:, d_embedding:]
-    if performance == "delta":
+    if performance in ("delta", "delta_context"):
         perf.zero_()
     else:
         perf.copy_(perf.mean(dim=1, keepdim=True).expand_as(perf))
@@ -476,6 +476,99 @@ def add_rules_and_findings(
     return findings
 
 
+def rule_tested_findings(
+    feats: list[dict], top: TopActivations, fires_of: Callable[[list[int]], np.ndarray], attrs: WordAttributes,
+    rows_by_split: dict[str, np.ndarray], lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, fcfg: FeaturesConfig, seed: int,
+) -> list[dict]:
+    """`features.test: rule`: findings are context rules, proposed by latents and tested on held-out text.
+
+    Every latent whose train top words pass the paper's effect rule proposes up to
+    `max_rules_per_latent` rules (`findings.propose_rules`, chosen on train only). A rule is then
+    tested on *all* holdout words it matches, a set chosen without looking at any holdout Δ:
+    Wilcoxon p, BH q across the distinct rules, the effect-size rule on the holdout median and
+    the proposing sign. Kept rules whose words nest (one inside another) form one finding."""
+    train, holdout = rows_by_split["train"], rows_by_split["holdout"]
+    # Any latent may propose: one that mixes words where a model wins with words where nothing
+    # differs does not pass the effect rule on its top words, yet its winning words may form a group.
+    proposers = sorted({r["latent"] for r in feats if r["n_top"] >= fcfg.min_activations})
+    fires = fires_of(proposers)
+    column = {latent: j for j, latent in enumerate(proposers)}
+    candidates: dict[tuple, RuleCandidate] = {}
+    first_rule: dict[int, RuleFit] = {}
+    for r in feats:
+        if r["latent"] not in column:
+            continue
+        a, b = r["model_a"], r["model_b"]
+        proposals = [
+            (rule, sign, fit)
+            for sign in (1, -1)
+            for rule, fit in propose_rules(
+                attrs, top_words(top, "train", r["latent"]), fires[:, column[r["latent"]]], train, lp_by_row[a], lp_by_row[b],
+                sign, fcfg.rule_min_share, fcfg.max_rules_per_latent, fcfg.min_abs_median_dlogp, fcfg.min_abs_median_dp,
+            )
+        ]
+        for rule, sign, fit in proposals:
+            first_rule.setdefault(r["latent"], fit)
+            key = (a, b, sign, rule)
+            if key in candidates:
+                candidates[key].latents.append(r["latent"])
+            else:
+                candidates[key] = RuleCandidate(rule, (a, b), sign, [r["latent"]], fit)
+    tested = []
+    for (a, b, sign, rule), cand in candidates.items():
+        words_train, words_holdout = rule_words(rule, attrs, train), rule_words(rule, attrs, holdout)
+        stats = pair_stats(words_train, words_holdout, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
+        tested.append((cand, words_train, words_holdout, stats))
+    q = bh_qvalues(np.array([t[3]["holdout_p_value"] for t in tested], dtype=np.float64))
+    kept = []
+    for (cand, words_train, words_holdout, stats), qv in zip(tested, q):
+        med, mdp = stats["holdout_median_dlogp"], stats["holdout_median_dp"]
+        large = abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp
+        if not (np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == cand.sign and len(words_holdout) >= fcfg.min_activations):
+            continue
+        union_fires = fires[:, [column[m] for m in cand.latents]].any(axis=1)
+        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in cand.latents]))
+        fit = fit_rule(cand.rule, attrs, member_top, union_fires, holdout)
+        if fit.f1 < fcfg.min_rule_f1:
+            continue
+        kept.append((cand, words_train, words_holdout, {**stats, "q_value": float(qv)}, fit))
+    groups = nested_groups([k[2] for k in kept], [(k[0].pair, k[0].sign) for k in kept], fcfg.finding_overlap)
+    findings = []
+    latent_findings: dict[int, list[int]] = {}
+    for g in groups:
+        # The finding is said by its broadest rule; the narrower ones are the same difference in detail.
+        cand, words_train, words_holdout, stats, fit = max((kept[i] for i in g), key=lambda k: len(k[2]))
+        latents = sorted({m for i in g for m in kept[i][0].latents})
+        fid = len(findings)
+        for m in latents:
+            latent_findings.setdefault(m, []).append((fid, cand.rule))
+        a, b = cand.pair
+        findings.append({
+            "finding": fid, "model_a": a, "model_b": b, "better_model": a if cand.sign > 0 else b,
+            "latents": ",".join(str(x) for x in latents), "n_latents": len(latents),
+            "n_top": int(len(words_train)), "holdout_n": int(len(words_holdout)),
+            **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
+                                      "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
+            **_rule_columns(LatentRule(fit, fit)),
+            "top_words": top_forms(words_by_row[words_train]),
+        })
+    order = sorted(range(len(findings)), key=lambda i: -abs(findings[i]["holdout_median_dlogp"]))
+    renumber = {old: new for new, old in enumerate(order)}
+    findings = [dict(findings[old], finding=new) for new, old in enumerate(order)]
+    for r in feats:
+        mine = sorted((renumber[f], rule) for f, rule in latent_findings.get(r["latent"], []))
+        # A kept latent is described by the rule of its (first) finding, others by their first proposal.
+        rule = mine[0][1] if mine else (first_rule[r["latent"]].rule if r["latent"] in first_rule else None)
+        if rule is None:
+            r.update(_rule_columns(None))
+        else:
+            held = fit_rule(rule, attrs, top_words(top, "holdout", r["latent"]), fires[:, column[r["latent"]]], holdout)
+            r.update(_rule_columns(LatentRule(held, held)))
+        r["kept"] = bool(mine)
+        r["finding"] = mine[0][0] if mine else None
+    return findings
+
+
 FINDING_SCHEMA = pa.schema(
     [
         ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
@@ -524,7 +617,8 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
 
     feats = feature_rows(top, lp_by_row, words_of_row, embedding_of, pairs, fcfg, cfg.seed, baseline or "sae")
     apply_filters(feats, fcfg)
-    findings = add_rules_and_findings(
+    make_findings = rule_tested_findings if fcfg.test == "rule" else add_rules_and_findings
+    findings = make_findings(
         feats, top, lambda latents: firing(encode, matrix, latents, fcfg.chunk_rows), attrs, rows_by_split, lp_by_row, words_of_row, fcfg, cfg.seed
     )
     features = pa.Table.from_pylist(feats, schema=FEATURE_SCHEMA) if feats else FEATURE_SCHEMA.empty_table()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.rules import RuleFit, WordAttributes, best_rule, fit_rule, normalize_form
+from bbox_sae.rules import Rule, RuleFit, WordAttributes, best_rule, fit_rule, normalize_form
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,113 @@ def top_forms(words: np.ndarray, n: int = 5) -> str:
     forms = Counter(normalize_form(w) for w in words)
     shown = lambda f: f if f.strip() else ("\\n" * f.count("\n") if "\n" in f else "␣")  # noqa: E731
     return " | ".join(f"{shown(w)} ({c})" for w, c in forms.most_common(n))
+
+
+# ---------------------------------------------------------------- rules as tested hypotheses
+
+@dataclass
+class RuleCandidate:
+    """A rule proposed by a latent (mined from its train top words) and the latents proposing it."""
+
+    rule: Rule
+    pair: tuple[str, str]
+    sign: int  # +1: model_a better on the covered train top words, -1: model_b
+    latents: list[int]
+    train_fit: RuleFit
+
+
+def _effect(lp_a: np.ndarray, lp_b: np.ndarray, rows: np.ndarray, sign: int) -> tuple[float, float]:
+    """Median Δlog p and median Δp on `rows`, oriented so that positive means `sign`'s model wins."""
+    if len(rows) == 0:
+        return 0.0, 0.0
+    return sign * float(np.median(lp_a[rows] - lp_b[rows])), sign * float(np.median(np.exp(lp_a[rows]) - np.exp(lp_b[rows])))
+
+
+def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list[Rule]:
+    """Rules one step broader: a form becomes its class, a condition is dropped (one always stays)."""
+    def common(col: np.ndarray) -> str:
+        return attrs.vocab[Counter(col[covered].tolist()).most_common(1)[0][0]]
+
+    out = []
+    if rule.word_kind == "form":
+        out.append(Rule("class", common(attrs.cls), rule.left_kind, rule.left_value))
+    if rule.word_kind and rule.left_kind:
+        out.append(Rule(None, None, rule.left_kind, rule.left_value))
+    if rule.left_kind == "form":
+        out.append(Rule(rule.word_kind, rule.word_value, "class", common(attrs.left_cls)))
+    if rule.left_kind and rule.word_kind:
+        out.append(Rule(rule.word_kind, rule.word_value, None, None))
+    return out
+
+
+def generalize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
+               sign: int, min_abs_dlogp: float, min_abs_dp: float, keep: float = 0.8) -> Rule | None:
+    """The broadest rule, `rule` or up to two steps of relaxation, whose train words (all of them, not
+    only a latent's top words) show the difference at `keep` of `rule`'s size or more; None when
+    `rule`'s own words do not pass the effect rule. Relaxing only while the effect stays keeps a
+    rule from swallowing the words where nothing differs ("'be' after a modal" must not become "'be'")."""
+    base_dlogp, base_dp = _effect(lp_a, lp_b, rule_words(rule, attrs, train_scope), sign)
+    if not (base_dlogp > min_abs_dlogp or base_dp > min_abs_dp):
+        return None
+
+    def holds(r: Rule) -> bool:
+        dlogp, dp = _effect(lp_a, lp_b, rule_words(r, attrs, train_scope), sign)
+        return dlogp >= keep * base_dlogp and dp >= keep * base_dp
+
+    best, frontier = rule, [rule]
+    for _ in range(2):
+        frontier = [r for f in frontier for r in _relaxations(f, attrs, covered) if holds(r)]
+        for r in frontier:
+            if len(rule_words(r, attrs, train_scope)) > len(rule_words(best, attrs, train_scope)):
+                best = r
+    return best
+
+
+def propose_rules(
+    attrs: WordAttributes, top_train: np.ndarray, fires: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
+    sign: int, min_share: float, max_rules: int, min_abs_dlogp: float, min_abs_dp: float,
+) -> list[tuple[Rule, RuleFit]]:
+    """Up to `max_rules` rules for the words that carry a latent's difference in direction `sign` (its
+    train top words on which that model wins by more than `min_abs_dlogp`), greedily: the best rule,
+    then the best for the words it left out, ... each generalized as far as the train data allow
+    (`generalize`). A latent mixing unrelated groups yields one rule per group; none when fewer than
+    `min_share` of its top words carry a difference."""
+    carrying = top_train[sign * (lp_a[top_train] - lp_b[top_train]) > min_abs_dlogp]
+    out: list[tuple[Rule, RuleFit]] = []
+    remaining = carrying
+    for _ in range(max_rules):
+        if len(remaining) < max(3, min_share * len(top_train)):
+            break
+        fit = best_rule(attrs, remaining, fires, train_scope, min_share)
+        if fit is None:
+            break
+        covered = fit.rule.mask(attrs, remaining)
+        if covered.sum() < min_share * len(carrying):
+            break
+        rule = generalize(fit.rule, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_abs_dlogp, min_abs_dp)
+        if rule is not None and all(rule != r for r, _ in out):
+            out.append((rule, fit))
+        remaining = remaining[~covered]
+    return out
+
+
+def rule_words(rule: Rule, attrs: WordAttributes, scope: np.ndarray) -> np.ndarray:
+    return scope[rule.mask(attrs, scope)]
+
+
+def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: float) -> list[list[int]]:
+    """Groups of kept rules where one rule's words lie (>= `containment`) inside another's of the same
+    pair and sign ("'4'" inside "a number"): one difference, said at two levels of detail."""
+    uf = _UnionFind(len(word_sets))
+    sets = [set(w.tolist()) for w in word_sets]
+    for i in range(len(sets)):
+        for j in range(i + 1, len(sets)):
+            if signs[i] != signs[j] or not sets[i] or not sets[j]:
+                continue
+            inter = len(sets[i] & sets[j])
+            if inter >= containment * min(len(sets[i]), len(sets[j])):
+                uf.union(i, j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(sets)):
+        groups.setdefault(uf.find(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])

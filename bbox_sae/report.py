@@ -15,7 +15,7 @@ import json
 import math
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,11 @@ WANDB_COLUMNS = [
     "label_score", "median_dlogp", "mean_dlogp", "ci_low", "ci_high", "median_dp", "q_value", "consistency",
     "holdout_n", "holdout_median_dlogp", "density", "n_top", "top_words", "finding", "rule", "rule_f1", "top_contexts",
 ]  # fmt: skip
+# Columns of the W&B `findings` table (findings.parquet).
+FINDING_COLUMNS = [
+    "finding", "model_a", "model_b", "better_model", "rule", "rule_f1", "holdout_median_dlogp", "holdout_ci_low",
+    "holdout_ci_high", "median_dlogp", "n_latents", "latents", "top_words",
+]  # fmt: skip
 HIST_BINS = 20
 
 
@@ -54,6 +59,7 @@ class ReportInputs:
     stats: dict
     domains: dict[str, str]
     sae_runs: dict[str, dict]
+    findings: list[dict] = field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -150,6 +156,7 @@ def load_inputs(cfg: Config) -> ReportInputs:
         stats=stats,
         domains=load_domains(out / "documents.parquet"),
         sae_runs=load_sae_runs(out / "sae"),
+        findings=read_table(out / "findings.parquet").to_pylist() if (out / "findings.parquet").exists() else [],
     )
 
 
@@ -242,6 +249,7 @@ def _summary(inputs: ReportInputs) -> dict:
     for run, metrics in inputs.sae_runs.items():
         for key, value in metrics.items():
             summary[f"sae/{run}/{key}"] = value
+    summary["findings"] = len(inputs.findings)
     summary["features/rows"] = len(inputs.features)
     summary["features/kept"] = sum(f["kept"] for f in inputs.features)
     return summary
@@ -264,6 +272,7 @@ def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
                 data=[[m, s.get("mean_logprob"), s.get("perplexity"), s.get("words")] for m, s in inputs.stats.get("models", {}).items()],
             ),
         }
+        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=[[f.get(c) for c in FINDING_COLUMNS] for f in inputs.findings], allow_mixed_types=True)
         if inputs.sae_runs:
             payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value"], data=_sae_table_rows(inputs.sae_runs))
         for f in inputs.features:
@@ -321,7 +330,24 @@ def _header_html(cfg: Config, inputs: ReportInputs, shown: int) -> str:
         f'<span id="n-words">{_fmt(stats.get("words"), ",")}</span> words · '
         f"{len(inputs.features)} feature rows, {kept} kept, {shown} shown</p>"
         '<table id="corpus-table"><thead><tr><th>model</th><th>mean log p</th><th>perplexity</th><th>words</th></tr></thead>'
-        f"<tbody>{rows}</tbody></table>{_pair_stats_html(stats)}{_sae_html(inputs.sae_runs)}"
+        f"<tbody>{rows}</tbody></table>{_pair_stats_html(stats)}{_findings_html(inputs.findings)}{_sae_html(inputs.sae_runs)}"
+    )
+
+
+def _findings_html(findings: list[dict]) -> str:
+    """The findings, ranked by held-out |Δ|: what a reader should look at first."""
+    e = html.escape
+    rows = "".join(
+        f'<tr><td class="num">{f["finding"]}</td><td>{e(str(f["better_model"]))}</td><td>{e(f["rule"] or "–")}</td>'
+        f'<td class="num">{_fmt(f["rule_f1"], ".2f")}</td>'
+        f'<td class="num">{_fmt(f["holdout_median_dlogp"], "+.2f")} [{_fmt(f["holdout_ci_low"], "+.2f")}, {_fmt(f["holdout_ci_high"], "+.2f")}]</td>'
+        f'<td>{e(f["latents"])}</td><td>{e(f["top_words"] or "")}</td></tr>'
+        for f in findings
+    )
+    return (
+        f'<h2>Findings ({len(findings)})</h2><table id="findings-table"><thead><tr><th>finding</th><th>better</th><th>rule</th>'
+        "<th>rule F1</th><th>held-out Δlog p [95% CI]</th><th>latents</th><th>top words</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
     )
 
 
@@ -428,8 +454,7 @@ def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
         "",
     ]
     pairs = stats.get("pairs") or sorted({(f["model_a"], f["model_b"]) for f in inputs.features})
-    if (cfg.out / "findings.parquet").exists():
-        lines += _md_findings(read_table(cfg.out / "findings.parquet").to_pylist())
+    lines += _md_findings(inputs.findings)
     for a, b in pairs:
         lines += _md_pair(a, b, inputs.features, cfg.report.markdown_features)
     if inputs.sae_runs:

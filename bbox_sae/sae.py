@@ -39,11 +39,12 @@ class RowBatches:
     uninterrupted one.
     """
 
-    def __init__(self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0):
+    def __init__(self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0, weights: np.ndarray | None = None):
         if len(rows) == 0:
             raise ArtifactError("no training rows (is every document in the holdout split?)")
         self.matrix = matrix
         self.rows = np.asarray(rows, dtype=np.int64)
+        self.p = None if weights is None else np.asarray(weights, dtype=np.float64) / np.sum(weights)
         self.batch_size = min(batch_size, len(self.rows))
         self.seed = seed
         self.per_epoch = len(self.rows) // self.batch_size
@@ -52,7 +53,9 @@ class RowBatches:
 
     def _batch_rows(self, position: int) -> np.ndarray:
         epoch, i = divmod(position, self.per_epoch)
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+        rng = np.random.default_rng([self.seed, epoch])
+        # Weighted: an epoch is as many rows drawn (with replacement) in proportion to their weight.
+        order = rng.permutation(len(self.rows)) if self.p is None else rng.choice(len(self.rows), size=len(self.rows), p=self.p)
         return np.sort(self.rows[order[i * self.batch_size : (i + 1) * self.batch_size]])
 
     def __iter__(self) -> Iterator[torch.Tensor]:
@@ -63,6 +66,17 @@ class RowBatches:
         self.position += 1
         self.rows_read_max = max(self.rows_read_max, len(idx))
         return torch.from_numpy(np.ascontiguousarray(self.matrix[idx], dtype=np.float32))
+
+
+def sample_weights(cfg: Config, index, train: np.ndarray) -> np.ndarray | None:
+    """`sae.sample_weighting: delta`: train rows drawn in proportion to max(|Δlog p|, median |Δlog p|)
+    over the compared pairs, so the dictionary spends its capacity where the models differ while its
+    input (with w = 0) stays pure context; the median floor keeps ordinary words in the mix."""
+    if cfg.sae.sample_weighting == "none":
+        return None
+    gaps = [np.abs(index[f"logprob__{a}"].to_numpy() - index[f"logprob__{b}"].to_numpy())[train] for a, b in cfg.compare]
+    gap = np.nan_to_num(np.max(gaps, axis=0), nan=0.0)
+    return np.maximum(gap, max(float(np.median(gap)), 1e-6))
 
 
 def make_training_sae(sae_cfg: SAEConfig, d_in: int, device: str):
@@ -243,7 +257,7 @@ def train_sae(
             eval_every_n_wandb_logs=10**9,
         ),
     )
-    provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed)
+    provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed, weights=sample_weights(cfg, index, split == "train"))
     trainer = _trainer_class()(trainer_cfg, sae, provider)
     if latest is not None:
         trainer.load_trainer_state(latest)

@@ -39,9 +39,9 @@ def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7,
     return cfg
 
 
-@pytest.mark.parametrize("weight", [0.0, 0.3, 0.7, 1.0])
-def test_scaled_parts_have_the_required_mean_norms(tmp_path, weight):
-    cfg = make_run(tmp_path, weight=weight)
+@pytest.mark.parametrize("weight,mode", [(0.0, "probs"), (0.3, "probs"), (0.7, "probs"), (1.0, "probs"), (0.7, "delta_context")])
+def test_scaled_parts_have_the_required_mean_norms(tmp_path, weight, mode):
+    cfg = make_run(tmp_path, weight=weight, mode=mode)
     info = run_build(cfg)
     matrix, index, _ = open_matrix(cfg)
     d = info["d_embedding"]
@@ -49,7 +49,7 @@ def test_scaled_parts_have_the_required_mean_norms(tmp_path, weight):
     m = info["mean_norm_joint"]
     assert np.isclose(np.linalg.norm(emb, axis=1).mean(), (1 - weight) * m, rtol=1e-3, atol=1e-9)
     assert np.isclose(np.linalg.norm(perf, axis=1).mean(), weight * m, rtol=1e-3, atol=1e-9)
-    assert matrix.shape == (index.num_rows, d + 3)
+    assert matrix.shape == (index.num_rows, d + (3 if mode == "probs" else 3 * d))
 
 
 def test_performance_columns_match_each_mode():
@@ -58,6 +58,11 @@ def test_performance_columns_match_each_mode():
     np.testing.assert_allclose(performance_columns(lp, "logprobs"), lp)
     np.testing.assert_allclose(performance_columns(lp, "delta"), lp - lp.mean())
     np.testing.assert_allclose(performance_columns(lp[:, :2], "delta"), [[np.log(2)]])
+    emb = np.array([[3.0, 4.0]])
+    np.testing.assert_allclose(performance_columns(lp[:, :2], "delta_context", emb), [[0.6 * np.log(2), 0.8 * np.log(2)]])
+    # Unrelated contexts where the same model wins point different ways: no shared "A wins" direction.
+    two = performance_columns(np.log([[0.5, 0.25], [0.5, 0.25]]), "delta_context", np.array([[1.0, 0.0], [0.0, 1.0]]))
+    assert two[0] @ two[1] == 0
     assert part_scales(2.0, 0.0, 3.0, 0.7) == (pytest.approx(0.45), 0.0)
 
 

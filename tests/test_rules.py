@@ -6,6 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bbox_sae.dataset import performance_columns
 from bbox_sae.features import blind_rows
 from bbox_sae.findings import group_latents
 from bbox_sae.labeling import Context, context_matches
@@ -71,13 +72,14 @@ def test_rule_labels_match_contexts_like_the_miner():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(["probs", "logprobs", "delta"]))
+@given(st.integers(0, 10_000), st.sampled_from(["probs", "logprobs", "delta", "delta_context"]))
 def test_blind_rows_do_not_depend_on_which_model_won(seed, mode):
     rng = np.random.default_rng(seed)
     lp = np.log(rng.uniform(0.01, 1, size=(20, 2)))
     emb = rng.normal(size=(20, 8))
-    perf = {"probs": np.exp(lp), "logprobs": lp, "delta": lp[:, :1] - lp[:, 1:]}[mode]
-    swapped = {"probs": np.exp(lp[:, ::-1]), "logprobs": lp[:, ::-1], "delta": lp[:, 1:] - lp[:, :1]}[mode]
+
+    perf = performance_columns(lp, mode, emb)
+    swapped = performance_columns(lp[:, ::-1], mode, emb)
     x = torch.tensor(np.hstack([emb, perf]), dtype=torch.float32)
     y = torch.tensor(np.hstack([emb, swapped]), dtype=torch.float32)
     assert torch.allclose(blind_rows(x, 8, mode), blind_rows(y, 8, mode))
