@@ -37,9 +37,9 @@ import torch
 import yaml
 
 from bbox_sae.artifacts import atomic_write_json, read_table
-from bbox_sae.config import Config
+from bbox_sae.config import Config, save_resolved
 from bbox_sae.errors import ConfigError
-from bbox_sae.rules import Rule
+from bbox_sae.rules import any_mask, rules_from_json
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     words_of = []
     for f, ms in zip(findings, members):
         if by_rule:
-            words_of.append(holdout_rows[Rule(**json.loads(f["rule_json"])).mask(attrs, holdout_rows)])
+            words_of.append(holdout_rows[any_mask(rules_from_json(f["rule_json"]), attrs, holdout_rows)])
         else:
             words_of.append(np.unique(np.concatenate([top_rows_of[m] for m in ms])))
     shares = []
@@ -314,6 +314,7 @@ def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, s
     models = [m.model_copy(update={"path": str(out / "null-B.parquet")}) if m.name == b_name else m for m in cfg.models]
     sub = cfg.model_copy(update={"output_dir": str(out), "models": models, "sae": cfg.sae.model_copy(update={"seed": seed})})
     _link_inputs(cfg.out, out, logprobs=[cfg.compare[0][0]])
+    save_resolved(sub)
     rng = np.random.default_rng(1000 + seed)
     _plant(sub, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
     _extract(sub)

@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, resolve_files
 from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.dataset import open_matrix
-from bbox_sae.findings import LatentRule, RuleCandidate, group_latents, mine_rule, nested_groups, propose_rules, rule_words, top_forms
-from bbox_sae.rules import RuleFit, WordAttributes, fit_rule, normalize_form, word_attributes
+from bbox_sae.findings import LatentRule, RuleCandidate, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms
+from bbox_sae.rules import RuleFit, WordAttributes, describe_rules, fit_rule, fit_rules, normalize_form, rules_to_json, word_attributes
 from bbox_sae.stats import StreamingTopN, bh_qvalues, coherence, delta_stats, generalizes, percentile_rule
 
 log = logging.getLogger(__name__)
@@ -270,6 +270,7 @@ FEATURE_SCHEMA = pa.schema(
         ("rule_f1", pa.float64()),
         ("kept", pa.bool_()),
         ("finding", pa.int32()),
+        ("findings", pa.string()),
         ("better_model", pa.string()),
         ("top_words", pa.string()),
         ("source", pa.string()),
@@ -404,7 +405,7 @@ def _rule_columns(fit: LatentRule | None) -> dict:
         return {"rule": None, "rule_json": None, "rule_precision": None, "rule_recall": None, "rule_f1": None}
     return {
         "rule": fit.train.rule.describe(),
-        "rule_json": json.dumps(fit.train.rule.as_dict()),
+        "rule_json": rules_to_json([fit.train.rule]),
         "rule_precision": fit.holdout.precision,
         "rule_recall": fit.holdout.recall,
         "rule_f1": fit.holdout.f1,
@@ -414,6 +415,7 @@ def _rule_columns(fit: LatentRule | None) -> dict:
 def add_rules_and_findings(
     feats: list[dict], top: TopActivations, fires_of: Callable[[list[int]], np.ndarray], attrs: WordAttributes,
     rows_by_split: dict[str, np.ndarray], lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, fcfg: FeaturesConfig, seed: int,
+    tested_rules: list[dict], embedding_of: Callable[[np.ndarray], np.ndarray],
 ) -> list[dict]:
     """Mine a rule for every latent that passes the Δ tests, apply the coherence requirement, group
     kept latents into findings; returns the findings' rows."""
@@ -472,6 +474,7 @@ def add_rules_and_findings(
     for r in feats:
         if r["finding"] is not None:
             r["finding"] = renumber[r["finding"]]
+        r["findings"] = None if r["finding"] is None else str(r["finding"])
     findings = [dict(findings[old], finding=new) for new, old in enumerate(order)]
     return findings
 
@@ -479,6 +482,7 @@ def add_rules_and_findings(
 def rule_tested_findings(
     feats: list[dict], top: TopActivations, fires_of: Callable[[list[int]], np.ndarray], attrs: WordAttributes,
     rows_by_split: dict[str, np.ndarray], lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, fcfg: FeaturesConfig, seed: int,
+    tested_rules: list[dict], embedding_of: Callable[[np.ndarray], np.ndarray],
 ) -> list[dict]:
     """`features.test: rule`: findings are context rules, proposed by latents and tested on held-out text.
 
@@ -514,7 +518,7 @@ def rule_tested_findings(
                 candidates[key].latents.append(r["latent"])
             else:
                 candidates[key] = RuleCandidate(rule, (a, b), sign, [r["latent"]], fit)
-    tested = []
+    tested, tested_rows = [], []
     for (a, b, sign, rule), cand in candidates.items():
         words_train, words_holdout = rule_words(rule, attrs, train), rule_words(rule, attrs, holdout)
         stats = pair_stats(words_train, words_holdout, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
@@ -524,7 +528,14 @@ def rule_tested_findings(
     for (cand, words_train, words_holdout, stats), qv in zip(tested, q):
         med, mdp = stats["holdout_median_dlogp"], stats["holdout_median_dp"]
         large = abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp
-        if not (np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == cand.sign and len(words_holdout) >= fcfg.min_activations):
+        passed = bool(np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == cand.sign and len(words_holdout) >= fcfg.min_activations)
+        tested_rows.append({
+            "model_a": cand.pair[0], "model_b": cand.pair[1], "better_model": cand.pair[0] if cand.sign > 0 else cand.pair[1],
+            "rule": cand.rule.describe(), "rule_json": rules_to_json([cand.rule]), "latents": ",".join(map(str, sorted(cand.latents))),
+            "n_train": int(len(words_train)), "median_dlogp": stats["median_dlogp"], "holdout_n": int(len(words_holdout)),
+            "holdout_median_dlogp": med, "holdout_median_dp": mdp, "holdout_p_value": stats["holdout_p_value"], "q_value": float(qv), "passed": passed,
+        })
+        if not passed:
             continue
         union_fires = fires[:, [column[m] for m in cand.latents]].any(axis=1)
         member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in cand.latents]))
@@ -533,41 +544,67 @@ def rule_tested_findings(
             continue
         kept.append((cand, words_train, words_holdout, {**stats, "q_value": float(qv)}, fit))
     groups = nested_groups([k[2] for k in kept], [(k[0].pair, k[0].sign) for k in kept], fcfg.finding_overlap)
+    # Each nested group is said by its broadest rule; sibling groups whose words sit in similar
+    # contexts ('thy', 'thou', 'thee') are one finding said by several rules.
+    heads = [max(g, key=lambda i: len(kept[i][2])) for g in groups]
+    siblings = group_similar(
+        [embedding_of(kept[h][1][np.random.default_rng(seed).permutation(len(kept[h][1]))[:256]]) for h in heads],
+        [(kept[h][0].pair, kept[h][0].sign) for h in heads], fcfg.finding_similarity,
+    )
     findings = []
-    latent_findings: dict[int, list[int]] = {}
-    for g in groups:
-        # The finding is said by its broadest rule; the narrower ones are the same difference in detail.
-        cand, words_train, words_holdout, stats, fit = max((kept[i] for i in g), key=lambda k: len(k[2]))
-        latents = sorted({m for i in g for m in kept[i][0].latents})
+    latent_findings: dict[int, list[tuple[int, list]]] = {}
+    for family in siblings:
+        members = [i for f in family for i in groups[f]]
+        rules = [kept[heads[f]][0].rule for f in sorted(family, key=lambda f: -len(kept[heads[f]][2]))]
+        cand = kept[heads[family[0]]][0]
+        words_train = np.unique(np.concatenate([kept[heads[f]][1] for f in family]))
+        words_holdout = np.unique(np.concatenate([kept[heads[f]][2] for f in family]))
+        latents = sorted({m for i in members for m in kept[i][0].latents})
+        a, b = cand.pair
+        stats = pair_stats(words_train, words_holdout, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
+        union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
+        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
+        fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
         fid = len(findings)
         for m in latents:
-            latent_findings.setdefault(m, []).append((fid, cand.rule))
-        a, b = cand.pair
+            latent_findings.setdefault(m, []).append((fid, rules))
         findings.append({
             "finding": fid, "model_a": a, "model_b": b, "better_model": a if cand.sign > 0 else b,
             "latents": ",".join(str(x) for x in latents), "n_latents": len(latents),
             "n_top": int(len(words_train)), "holdout_n": int(len(words_holdout)),
             **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
                                       "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
-            **_rule_columns(LatentRule(fit, fit)),
+            "rule": describe_rules(rules), "rule_json": rules_to_json(rules),
+            "rule_precision": fit.precision, "rule_recall": fit.recall, "rule_f1": fit.f1,
             "top_words": top_forms(words_by_row[words_train]),
         })
     order = sorted(range(len(findings)), key=lambda i: -abs(findings[i]["holdout_median_dlogp"]))
     renumber = {old: new for new, old in enumerate(order)}
     findings = [dict(findings[old], finding=new) for new, old in enumerate(order)]
     for r in feats:
-        mine = sorted((renumber[f], rule) for f, rule in latent_findings.get(r["latent"], []))
-        # A kept latent is described by the rule of its (first) finding, others by their first proposal.
-        rule = mine[0][1] if mine else (first_rule[r["latent"]].rule if r["latent"] in first_rule else None)
-        if rule is None:
+        mine = sorted(((renumber[f], rules) for f, rules in latent_findings.get(r["latent"], [])), key=lambda fr: fr[0])
+        # A kept latent is described by the rules of its findings, others by their first proposal.
+        rules = [rule for _, rs in mine for rule in rs] or ([first_rule[r["latent"]].rule] if r["latent"] in first_rule else [])
+        if not rules:
             r.update(_rule_columns(None))
         else:
-            held = fit_rule(rule, attrs, top_words(top, "holdout", r["latent"]), fires[:, column[r["latent"]]], holdout)
-            r.update(_rule_columns(LatentRule(held, held)))
+            held = fit_rules(rules, attrs, top_words(top, "holdout", r["latent"]), fires[:, column[r["latent"]]], holdout)
+            r.update(_rule_columns(LatentRule(held, held)), rule=describe_rules(rules), rule_json=rules_to_json(rules))
         r["kept"] = bool(mine)
         r["finding"] = mine[0][0] if mine else None
+        r["findings"] = ",".join(str(f) for f, _ in mine) or None
+    tested_rules.extend(tested_rows)
     return findings
 
+
+TESTED_RULE_SCHEMA = pa.schema(
+    [
+        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("rule", pa.string()),
+        ("rule_json", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
+        ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
+        ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
+    ]
+)
 
 FINDING_SCHEMA = pa.schema(
     [
@@ -618,8 +655,10 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     feats = feature_rows(top, lp_by_row, words_of_row, embedding_of, pairs, fcfg, cfg.seed, baseline or "sae")
     apply_filters(feats, fcfg)
     make_findings = rule_tested_findings if fcfg.test == "rule" else add_rules_and_findings
+    tested_rules: list[dict] = []
     findings = make_findings(
-        feats, top, lambda latents: firing(encode, matrix, latents, fcfg.chunk_rows), attrs, rows_by_split, lp_by_row, words_of_row, fcfg, cfg.seed
+        feats, top, lambda latents: firing(encode, matrix, latents, fcfg.chunk_rows), attrs, rows_by_split, lp_by_row, words_of_row, fcfg, cfg.seed,
+        tested_rules, embedding_of,
     )
     features = pa.Table.from_pylist(feats, schema=FEATURE_SCHEMA) if feats else FEATURE_SCHEMA.empty_table()
     findings_tbl = pa.Table.from_pylist(findings, schema=FINDING_SCHEMA) if findings else FINDING_SCHEMA.empty_table()
@@ -637,6 +676,7 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     (dest / "features.parquet").unlink(missing_ok=True)
     atomic_write_table(dest / "top_activations.parquet", top_tbl)
     atomic_write_table(dest / "contexts.parquet", contexts)
+    atomic_write_table(dest / "rules.parquet", pa.Table.from_pylist(tested_rules, schema=TESTED_RULE_SCHEMA))
     atomic_write_table(dest / "findings.parquet", findings_tbl)
     atomic_write_json(dest / "corpus_stats.json", stats)
     atomic_write_table(dest / "features.parquet", features)

@@ -95,13 +95,18 @@ def _effect(lp_a: np.ndarray, lp_b: np.ndarray, rows: np.ndarray, sign: int) -> 
 
 
 def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list[Rule]:
-    """Rules one step broader: a form becomes its class, a condition is dropped (one always stays)."""
+    """Rules one step broader: a form becomes its class (alone, or with its words' usual left class),
+    a condition is dropped (one always stays)."""
     def common(col: np.ndarray) -> str:
         return attrs.vocab[Counter(col[covered].tolist()).most_common(1)[0][0]]
 
     out = []
     if rule.word_kind == "form":
         out.append(Rule("class", common(attrs.cls), rule.left_kind, rule.left_value))
+        if not rule.left_kind:
+            # A form's class, kept to the left context its words share: 'oliver' may become "a
+            # capitalised word right after a lower-case word", a name mid-sentence.
+            out.append(Rule("class", common(attrs.cls), "class", common(attrs.left_cls)))
     if rule.word_kind and rule.left_kind:
         out.append(Rule(None, None, rule.left_kind, rule.left_value))
     if rule.left_kind == "form":
@@ -113,24 +118,60 @@ def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list
 
 def generalize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
                sign: int, min_abs_dlogp: float, min_abs_dp: float, keep: float = 0.8) -> Rule | None:
-    """The broadest rule, `rule` or up to two steps of relaxation, whose train words (all of them, not
-    only a latent's top words) show the difference at `keep` of `rule`'s size or more; None when
-    `rule`'s own words do not pass the effect rule. Relaxing only while the effect stays keeps a
-    rule from swallowing the words where nothing differs ("'be' after a modal" must not become "'be'")."""
-    base_dlogp, base_dp = _effect(lp_a, lp_b, rule_words(rule, attrs, train_scope), sign)
+    """The broadest rule, `rule` or up to two steps of relaxation, whose train words beyond `rule`'s
+    (all of them, not only a latent's top words) show the difference at `keep` of `rule`'s size or
+    more; None when `rule`'s own words do not pass the effect rule. Relaxing only while the added
+    words differ too keeps a rule from swallowing words where nothing differs ("'be' after a modal"
+    must not become "'be'", nor speech starts "an all-capitals word")."""
+    base_words = rule_words(rule, attrs, train_scope)
+    base_dlogp, base_dp = _effect(lp_a, lp_b, base_words, sign)
     if not (base_dlogp > min_abs_dlogp or base_dp > min_abs_dp):
         return None
 
-    def holds(r: Rule) -> bool:
-        dlogp, dp = _effect(lp_a, lp_b, rule_words(r, attrs, train_scope), sign)
-        return dlogp >= keep * base_dlogp and dp >= keep * base_dp
+    def holds(r: Rule, parent: Rule) -> bool:
+        # The words each step adds must differ too: a median over all of a rule's words would let up
+        # to half of them be words where nothing differs.
+        added = np.setdiff1d(rule_words(r, attrs, train_scope), rule_words(parent, attrs, train_scope), assume_unique=True)
+        dlogp, dp = _effect(lp_a, lp_b, added, sign)
+        return len(added) == 0 or (dlogp >= keep * base_dlogp and dp >= keep * base_dp)
 
     best, frontier = rule, [rule]
     for _ in range(2):
-        frontier = [r for f in frontier for r in _relaxations(f, attrs, covered) if holds(r)]
+        frontier = [r for f in frontier for r in _relaxations(f, attrs, covered) if holds(r, f)]
         for r in frontier:
             if len(rule_words(r, attrs, train_scope)) > len(rule_words(best, attrs, train_scope)):
                 best = r
+    return best
+
+
+def specialize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
+               sign: int, min_share: float, drop: float = 0.2) -> Rule:
+    """`rule` with one more condition, when the train words that condition removes carry less than
+    `drop` of the difference: "an all-capitals word" becomes "an all-capitals word after a blank
+    line" when only speech starts differ. Conditions come from the covered words (>= `min_share`)."""
+    base_words = rule_words(rule, attrs, train_scope)
+    base_dlogp, _ = _effect(lp_a, lp_b, base_words, sign)
+    options = []
+    n = len(covered)
+    if rule.left_kind is None:
+        for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls)):
+            options += [(kind, attrs.vocab[v]) for v, c in Counter(col[covered].tolist()).items() if c >= min_share * n]
+        options += [("layout", name) for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)) if col[covered].sum() >= min_share * n]
+        candidates = [Rule(rule.word_kind, rule.word_value, k, v) for k, v in options]
+    elif rule.word_kind is None:
+        for kind, col in (("form", attrs.form), ("class", attrs.cls)):
+            options += [(kind, attrs.vocab[v]) for v, c in Counter(col[covered].tolist()).items() if c >= min_share * n]
+        candidates = [Rule(k, v, rule.left_kind, rule.left_value) for k, v in options]
+    else:
+        return rule
+    best, best_n = rule, -1
+    for cand in candidates:
+        kept_words = rule_words(cand, attrs, train_scope)
+        removed = np.setdiff1d(base_words, kept_words, assume_unique=True)
+        if len(removed) == 0 or len(kept_words) == 0:
+            continue
+        if _effect(lp_a, lp_b, removed, sign)[0] < drop * base_dlogp and len(kept_words) > best_n:
+            best, best_n = cand, len(kept_words)
     return best
 
 
@@ -140,8 +181,8 @@ def propose_rules(
 ) -> list[tuple[Rule, RuleFit]]:
     """Up to `max_rules` rules for the words that carry a latent's difference in direction `sign` (its
     train top words on which that model wins by more than `min_abs_dlogp`), greedily: the best rule,
-    then the best for the words it left out, ... each generalized as far as the train data allow
-    (`generalize`). A latent mixing unrelated groups yields one rule per group; none when fewer than
+    then the best for the words it left out, ... each narrowed to the words that differ (`specialize`)
+    and generalized as far as the train data allow (`generalize`). A latent mixing unrelated groups yields one rule per group; none when fewer than
     `min_share` of its top words carry a difference."""
     carrying = top_train[sign * (lp_a[top_train] - lp_b[top_train]) > min_abs_dlogp]
     out: list[tuple[Rule, RuleFit]] = []
@@ -155,7 +196,8 @@ def propose_rules(
         covered = fit.rule.mask(attrs, remaining)
         if covered.sum() < min_share * len(carrying):
             break
-        rule = generalize(fit.rule, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_abs_dlogp, min_abs_dp)
+        narrow = specialize(fit.rule, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_share)
+        rule = generalize(narrow, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_abs_dlogp, min_abs_dp)
         if rule is not None and all(rule != r for r, _ in out):
             out.append((rule, fit))
         remaining = remaining[~covered]
@@ -180,5 +222,25 @@ def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: 
                 uf.union(i, j)
     groups: dict[int, list[int]] = {}
     for i in range(len(sets)):
+        groups.setdefault(uf.find(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def group_similar(embeddings: list[np.ndarray], keys: list[tuple], threshold: float) -> list[list[int]]:
+    """Groups of positions with the same key whose words' mean (unit) context embeddings have cosine
+    >= `threshold`: 'thy', 'thou' and 'thee' as one finding; unrelated words of one winner apart."""
+    def centroid(e: np.ndarray) -> np.ndarray:
+        unit = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        c = unit.mean(0)
+        return c / max(float(np.linalg.norm(c)), 1e-12)
+
+    cents = [centroid(e) if len(e) else None for e in embeddings]
+    uf = _UnionFind(len(keys))
+    for i in range(len(keys)):
+        for j in range(i + 1, len(keys)):
+            if keys[i] == keys[j] and cents[i] is not None and cents[j] is not None and float(cents[i] @ cents[j]) >= threshold:
+                uf.union(i, j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(keys)):
         groups.setdefault(uf.find(i), []).append(i)
     return sorted(groups.values(), key=lambda g: g[0])

@@ -39,7 +39,7 @@ from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config, LabelConfig
 from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.retry import backoff_delay, retry_after_seconds
-from bbox_sae.rules import Rule, normalize_form, word_attributes
+from bbox_sae.rules import Rule, normalize_form, rules_from_json, word_attributes
 from bbox_sae.words import split_words
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class FeatureExamples:
     holdout: tuple[Context, ...]
     negative: tuple[Context, ...]
     comparisons: tuple[Comparison, ...]
-    rule: Rule | None = None  # the features stage's best context rule, when it found one
+    rules: tuple[Rule, ...] = ()  # the context rules of the latent's findings (or its own best rule)
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def select_latents(features: pa.Table, only_kept: bool) -> list[int]:
 
 
 def feature_examples(
-    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int
+    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int, findings: pa.Table | None = None
 ) -> list[FeatureExamples]:
     """Group the contexts (rank order, capped per split) and the pair comparisons of each latent."""
     wanted = pa.array(latents, pa.int64())
@@ -137,12 +137,15 @@ def feature_examples(
     for r in rows.select(CONTEXT_COLUMNS).to_pylist():
         by_split[(r["latent"], r["split"])].append((r["rank"], Context(r["left"] or "", r["word"] or "", r["right"] or "")))
     comparisons: dict[int, list[Comparison]] = defaultdict(list)
-    rules: dict[int, Rule] = {}
-    columns = FEATURE_COLUMNS + (["rule_json"] if "rule_json" in features.column_names else [])
+    finding_rules = {f["finding"]: rules_from_json(f["rule_json"]) for f in (findings.to_pylist() if findings is not None else []) if f["rule_json"]}
+    rules: dict[int, list[Rule]] = defaultdict(list)
+    columns = FEATURE_COLUMNS + [c for c in ("rule_json", "findings") if c in features.column_names]
     for r in features.filter(pc.is_in(pc.cast(features["latent"], pa.int64()), value_set=wanted)).select(columns).to_pylist():
         comparisons[r["latent"]].append(Comparison(r["model_a"], r["model_b"], r["better_model"], r["median_dlogp"]))
-        if r.get("rule_json"):
-            rules[r["latent"]] = Rule(**json.loads(r["rule_json"]))
+        mine = [rule for f in (r.get("findings") or "").split(",") if f and int(f) in finding_rules for rule in finding_rules[int(f)]]
+        if not mine and r.get("rule_json"):
+            mine = rules_from_json(r["rule_json"])
+        rules[r["latent"]].extend(m for m in mine if m not in rules[r["latent"]])
 
     def top(latent: int, split: str, n: int) -> tuple[Context, ...]:
         return tuple(c for _, c in sorted(by_split[(latent, split)], key=lambda rc: rc[0])[:n])
@@ -154,7 +157,7 @@ def feature_examples(
             holdout=top(latent, "holdout", n_validation),
             negative=top(latent, "negative", n_validation),
             comparisons=tuple(comparisons[latent]),
-            rule=rules.get(latent),
+            rules=tuple(rules.get(latent, ())),
         )
         for latent in latents
     ]
@@ -604,16 +607,18 @@ def context_matches(rule: Rule, ctx: Context) -> bool:
 
 
 def rule_label(feature: FeatureExamples, seed: int) -> LabelResult:
-    """The features stage's context rule, said in words and checked on the validation contexts."""
+    """The context rules of the latent's findings, said in words ("... or ...") and checked on the
+    validation contexts: a context fits the label when any of the rules holds for it."""
     examples, truth = validation_set(feature, seed)
-    scores = detection_scores(truth, [context_matches(feature.rule, c) for c in examples])
-    return LabelResult(feature.rule.describe(), "rule", None, True, scores.balanced_accuracy, scores.precision, scores.recall)
+    scores = detection_scores(truth, [any(context_matches(r, c) for r in feature.rules) for c in examples])
+    label = " or ".join(r.describe() for r in feature.rules)
+    return LabelResult(label, "rule", None, True, scores.balanced_accuracy, scores.precision, scores.recall)
 
 
 def heuristic_label(feature: FeatureExamples, seed: int) -> LabelResult:
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts in contexts.parquet")
-    if feature.rule is not None:
+    if feature.rules:
         return rule_label(feature, seed)
     rule = heuristic_rule(feature.train)
     examples, truth = validation_set(feature, seed)
@@ -650,7 +655,9 @@ def run_label(cfg: Config) -> dict:
     require_columns(contexts, CONTEXT_COLUMNS, str(contexts_path))
     lc = cfg.label
     latents = select_latents(features, lc.only_kept)
-    examples = feature_examples(features, contexts, latents, lc.examples, lc.validation_examples)
+    findings_path = cfg.out / "findings.parquet"
+    findings = read_table(findings_path) if findings_path.exists() else None
+    examples = feature_examples(features, contexts, latents, lc.examples, lc.validation_examples, findings)
     labeler = lc.resolved_labeler()
 
     if labeler == "llm":

@@ -15,6 +15,7 @@ and latents with the same rule express one finding.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -220,6 +221,34 @@ def fit_rule(rule: Rule, attrs: WordAttributes, top_rows: np.ndarray, fires: np.
     precision = float(fires[matching].mean()) if len(matching) else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     return RuleFit(rule, precision, recall, f1)
+
+
+def any_mask(rules: list[Rule] | tuple[Rule, ...], attrs: WordAttributes, rows: np.ndarray | None = None) -> np.ndarray:
+    """Where any of the rules holds (a finding may join several sibling rules)."""
+    masks = [r.mask(attrs, rows) for r in rules]
+    return np.logical_or.reduce(masks) if masks else np.zeros(len(attrs.form) if rows is None else len(rows), dtype=bool)
+
+
+def fit_rules(rules: list[Rule], attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray) -> RuleFit:
+    """`fit_rule` for a disjunction of rules (reported under the first rule)."""
+    recall = float(any_mask(rules, attrs, top_rows).mean()) if len(top_rows) else 0.0
+    matching = scope[any_mask(rules, attrs, scope)]
+    precision = float(fires[matching].mean()) if len(matching) else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return RuleFit(rules[0], precision, recall, f1)
+
+
+def rules_to_json(rules: list[Rule]) -> str:
+    return json.dumps([r.as_dict() for r in rules])
+
+
+def rules_from_json(text: str) -> list[Rule]:
+    raw = json.loads(text)
+    return [Rule(**r) for r in (raw if isinstance(raw, list) else [raw])]
+
+
+def describe_rules(rules: list[Rule]) -> str:
+    return " or ".join(r.describe() for r in rules)
 
 
 def best_rule(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> RuleFit | None:

@@ -28,6 +28,43 @@ SETUPS = {
 }
 
 
+def rescore(setup: str, variant: str) -> dict:
+    """Re-run features → label and the evaluation on a finished variant's trained SAEs (its main run,
+    null-pair and seed runs): for changes that touch only feature extraction."""
+    from bbox_sae.artifacts import read_table
+    from bbox_sae.config import load_config
+    from bbox_sae.evaluation import _rows_to_words, coherence_summary, load_rules, rule_masks, score_recovery, stability
+    from bbox_sae.features import run_features
+    from bbox_sae.labeling import run_label
+
+    path = RESULTS / f"{setup}__{variant}.json"
+    row = json.loads(path.read_text())
+    out = REPO / "runs" / "exp" / setup / variant
+    runs = [out, *sorted(out.glob("null-seed*")), *sorted(out.glob("seed[0-9]*"))]
+    for run in runs:
+        cfg = load_config(run / "config.yaml") if (run / "config.yaml").exists() else load_config(out / "config.yaml", output_dir=str(run))
+        run_features(cfg)
+        run_label(cfg)
+    cfg = load_config(out / "config.yaml")
+    _, rules = SETUPS[setup]
+    if rules:
+        rule_list, _, _ = load_rules(REPO / rules)
+        words = read_table(out / "words")
+        masks = rule_masks(words, rule_list)
+        at = _rows_to_words(words, out)
+        result = score_recovery(cfg, out, rule_list, {k: v[at] for k, v in masks.items()}, "sae")
+        nulls = [read_table(r / "findings.parquet").num_rows for r in sorted(out.glob("null-seed*"))]
+        row = {**row, **result, "null_kept": nulls}
+    else:
+        findings = read_table(out / "findings.parquet").to_pylist()
+        row = {**row, **coherence_summary(read_table(out / "features.parquet"), read_table(out / "findings.parquet"))}
+        row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
+        if row.get("stability"):
+            row["stability"] = {**stability([out, *sorted(out.glob("seed[0-9]*"))]), "runs": row["stability"]["runs"]}
+    path.write_text(json.dumps(row, indent=1, default=str))
+    return row
+
+
 def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int, stability_seeds: int = 1) -> dict:
     from bbox_sae.config import load_config, save_resolved
     from bbox_sae.evaluation import _extract, _link_inputs, coherence_summary, run_planted, stability
@@ -98,6 +135,7 @@ def main(argv=None) -> int:
     parser.add_argument("variant", nargs="?")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--null-seeds", type=int, default=3)
+    parser.add_argument("--rescore", action="store_true", help="reuse the variant's trained SAEs: re-run features, label and the evaluation")
     parser.add_argument("--stability-seeds", type=int, default=1, help="demo: also train SAEs with seeds 1..N-1 and measure how many findings reappear")
     args = parser.parse_args(argv)
     if args.setup == "table":
@@ -105,7 +143,10 @@ def main(argv=None) -> int:
         return 0
     if not args.variant:
         parser.error("name the variant")
-    row = run_variant(args.setup, args.variant, args.overrides, args.null_seeds, args.stability_seeds)
+    if args.rescore:
+        row = rescore(args.setup, args.variant)
+    else:
+        row = run_variant(args.setup, args.variant, args.overrides, args.null_seeds, args.stability_seeds)
     print(json.dumps({k: v for k, v in row.items() if k not in ("per_rule", "examples", "spurious_findings")}, default=str))
     return 0
 

@@ -102,3 +102,68 @@ def test_latents_that_share_a_rule_or_their_words_form_one_finding():
 def test_rules_describe_themselves_in_words(rule):
     text = rule.describe()
     assert text and "None" not in text and "c:" not in text and "f:" not in text
+
+
+def _speech_corpus(n_docs: int = 200, seed: int = 0):
+    """Speeches whose first word (after a blank line) B predicts 2 nats worse; elsewhere A = B + noise."""
+    rng = np.random.default_rng(seed)
+    names = ["ROMEO", "JULIET", "NURSE", "PETER", "TYBALT"]
+    docs = []
+    for _ in range(n_docs):
+        # Names also occur mid-line, where nothing differs: only the layout singles out speech starts.
+        text = "\n\n".join(f"{rng.choice(names)}. Good night, good night! Parting is such sweet sorrow, {rng.choice(names)}." for _ in range(3))
+        docs.append(split_words(text))
+    attrs = word_attributes(docs)
+    words = [w for d in docs for w in d]
+    truth = np.array([i == 0 or words[i - 1].count("\n") > 1 for i in range(len(words))])
+    # Each document starts a new speech too.
+    starts = np.cumsum([0] + [len(d) for d in docs[:-1]])
+    truth[starts] = True
+    lp_a = np.log(rng.uniform(0.05, 0.5, size=len(words)))
+    lp_b = lp_a + rng.normal(0, 0.1, size=len(words)) - 2.0 * truth
+    return attrs, words, truth, np.minimum(lp_a, 0), np.minimum(lp_b, 0)
+
+
+def test_a_latent_mixing_groups_proposes_a_rule_per_group_and_generalizes_it():
+    from bbox_sae.findings import propose_rules
+
+    attrs, words, truth, lp_a, lp_b = _speech_corpus()
+    n = len(words)
+    scope = np.arange(n)
+    # The latent fires on 'ROMEO' speech starts (A wins there) and on '!' (no difference).
+    romeo = np.flatnonzero(truth & (attrs.form == attrs.vocab.index("f:romeo")))
+    bang = np.flatnonzero(attrs.form == attrs.vocab.index("f:!"))
+    fires = np.zeros(n, dtype=bool)
+    fires[romeo] = fires[bang] = True
+    top = np.concatenate([romeo[:25], bang[:25]])
+    rules = propose_rules(attrs, top, fires, scope, lp_a, lp_b, 1, 0.2, 3, 1.0, 0.1)
+    assert len(rules) == 1  # '!' carries no difference, so it proposes nothing
+    rule, _ = rules[0]
+    # 'romeo' after a blank line generalizes to every speech start, and no further.
+    assert rule.word_kind != "form" and rule.left_kind == "layout"
+    assert truth[rule.mask(attrs)].mean() == 1.0 and rule.mask(attrs)[truth].mean() == 1.0
+    assert propose_rules(attrs, top, fires, scope, lp_a, lp_b, -1, 0.2, 3, 1.0, 0.1) == []
+
+
+def test_generalizing_stops_where_the_difference_thins_out():
+    from bbox_sae.findings import generalize
+
+    attrs, words, truth, lp_a, lp_b = _speech_corpus()
+    scope = np.arange(len(words))
+    # Only 'good' right after a capitalised word... is not where A wins: nothing to generalize from.
+    good = Rule("form", "f:good", "class", "c:punctuation")
+    assert generalize(good, attrs, np.flatnonzero(good.mask(attrs)), scope, lp_a, lp_b, 1, 1.0, 0.1) is None
+    romeo = Rule("form", "f:romeo", "layout", "after_blank")
+    covered = np.flatnonzero(romeo.mask(attrs))
+    broad = generalize(romeo, attrs, covered, scope, lp_a, lp_b, 1, 1.0, 0.1)
+    # 'romeo' alone, or any all-capitals word, would take in the names mid-line: the layout stays.
+    assert broad.left_kind == "layout" and broad.mask(attrs)[truth].mean() == 1.0
+
+
+def test_nested_rules_are_one_finding():
+    from bbox_sae.findings import nested_groups
+
+    numbers, fours, brackets = np.arange(0, 100), np.arange(0, 20), np.arange(200, 240)
+    pair = (("A", "B"), 1)
+    assert nested_groups([numbers, fours, brackets], [pair, pair, pair], 0.5) == [[0, 1], [2]]
+    assert nested_groups([numbers, fours], [pair, (("A", "B"), -1)], 0.5) == [[0], [1]]
