@@ -37,7 +37,7 @@ TEXTS = {
     "d4": "As if it were nothing, he walked away — café.",
     "d5": "Now is the winter of our discontent.",
 }
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def write_corpus(path: Path, texts: dict[str, str]) -> None:

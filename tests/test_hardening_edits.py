@@ -167,6 +167,7 @@ def apply(project: Project, change) -> None:
 EXAMPLES = int(os.environ.get("BBOX_EDIT_EXAMPLES", 200))
 
 
+@pytest.mark.slow  # 10 examples took 27 s with model setup on a lightly loaded 2-core machine; 200, several minutes
 @given(before=corpus(), changes=st.lists(edit(), min_size=1, max_size=3))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_any_edit_then_run_equals_a_fresh_run(shared, before, changes):
