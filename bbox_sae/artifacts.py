@@ -48,6 +48,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are meant to be shared
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        # A failed write (a full disk) names no file; the user needs to know which.
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -125,6 +129,16 @@ class ShardedTable:
             self._sidecar(index),
             {"sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows, "bytes": len(data), "key": key},
         )
+
+    def recorded_checksums(self) -> dict[int, str | None]:
+        """Each finished shard's SHA-256 as its sidecar records it (None when the sidecar is unreadable)."""
+        found = {}
+        for i in self.indices():
+            try:
+                found[i] = json.loads(self._sidecar(i).read_text()).get("sha256")
+            except (OSError, ValueError, AttributeError):
+                found[i] = None
+        return found
 
     def indices(self) -> list[int]:
         if not self.dir.exists():

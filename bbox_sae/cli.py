@@ -8,13 +8,13 @@ import logging
 import os
 import sys
 
+from bbox_sae import __version__
 from bbox_sae.errors import BBoxError
-
-STAGES = ["score", "embed", "build", "train", "features", "label", "report"]
+from bbox_sae.stages import STAGE_NAMES, STAGES
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", required=True, help="YAML config (see configs/)")
+    p.add_argument("--config", "-c", required=True, help="YAML config (see configs/); relative paths in it resolve against the working directory")
     p.add_argument("--output-dir", "-o", default=None, help="overrides the config's output_dir")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. sae.k=32 (repeatable)")
 
@@ -22,40 +22,32 @@ def _common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bbox", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=f"bbox-sae {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("score", help="ingest the corpus and score every word with every model")
-    _common(p)
+    stage_parsers = {}
+    for stage in STAGES:
+        stage_parsers[stage.name] = p = sub.add_parser(stage.name, help=stage.help)
+        _common(p)
+    p = stage_parsers["score"]
     p.add_argument("--shard", default=None, help="i/n: score a deterministic 1/n of the documents")
     p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
+    stage_parsers["train"].add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    stage_parsers["features"].add_argument(
+        "--baseline", choices=["random", "kmeans"], default=None, help="extract from a baseline instead of the trained SAE"
+    )
 
     p = sub.add_parser("merge", help="check that all scoring shards are complete and intact")
     _common(p)
-
-    for name, help_text in [
-        ("embed", "contextual word embeddings"),
-        ("build", "performance-aware embedding matrix"),
-        ("label", "label kept features (LLM endpoint or heuristic)"),
-        ("report", "W&B tables, report.html and report.md"),
-    ]:
-        p = sub.add_parser(name, help=help_text)
-        _common(p)
-
-    p = sub.add_parser("train", help="train the sparse autoencoder with sae-lens")
-    _common(p)
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
 
     p = sub.add_parser("sweep", help="train one SAE per combination of list-valued sae.* fields")
     _common(p)
     p.add_argument("--wandb-sweep-yaml", default=None, help="also write an equivalent W&B sweep YAML here")
 
-    p = sub.add_parser("features", help="top activations, statistics, held-out validity, filtering")
-    _common(p)
-    p.add_argument("--baseline", choices=["random", "kmeans"], default=None, help="extract from a baseline instead of the trained SAE")
-
     p = sub.add_parser("run", help="every stage in order, skipping those already up to date")
     _common(p)
-    p.add_argument("--force", action="append", default=[], choices=STAGES, help="redo this stage (and those after it)")
+    p.add_argument("--force", action="append", default=[], choices=STAGE_NAMES, help="redo this stage (and those after it)")
+    p.add_argument("--until", default=None, choices=STAGE_NAMES, help="stop after this stage")
 
     p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
     p.add_argument("what", choices=["planted", "ablation", "coherence"])
@@ -67,14 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from bbox_sae.config import load_config, save_resolved
+    from bbox_sae.config import load_config
 
     cfg = load_config(args.config, args.overrides, args.output_dir)
     if cfg.threads:
         import torch
 
         torch.set_num_threads(cfg.threads)
-    save_resolved(cfg)
     return cfg
 
 
@@ -83,7 +74,13 @@ def _print(result) -> None:
         print(json.dumps(result, indent=2, default=str))
 
 
+# The options each stage's subcommand adds, as its run function names them.
+STAGE_OPTIONS = {"score": {"model": "models", "shard": "shard"}, "train": {"resume": "resume"}, "features": {"baseline": "baseline"}}
+
+
 def dispatch(args) -> int:
+    from bbox_sae.config import save_resolved
+
     cmd = args.command
     if cmd == "sweep":
         from bbox_sae.sweep import run_sweep
@@ -91,43 +88,24 @@ def dispatch(args) -> int:
         run_sweep(args.config, args.overrides, args.output_dir, wandb_sweep_yaml=args.wandb_sweep_yaml)
         return 0
     cfg = _load(args)
-    if cmd == "score":
-        from bbox_sae.scoring.stage import run_score
-
-        _print(run_score(cfg, args.model, args.shard))
-    elif cmd == "merge":
-        from bbox_sae.scoring.stage import merge
-
-        merge(cfg)
-        print("all shards complete and intact")
-    elif cmd == "embed":
-        from bbox_sae.embedding import run_embed
-
-        _print(run_embed(cfg))
-    elif cmd == "build":
-        from bbox_sae.dataset import run_build
-
-        _print(run_build(cfg))
-    elif cmd == "train":
-        from bbox_sae.sae import run_train
-
-        _print(run_train(cfg, resume=args.resume))
-    elif cmd == "features":
-        from bbox_sae.features import run_features
-
-        _print(run_features(cfg, baseline=args.baseline))
-    elif cmd == "label":
-        from bbox_sae.labeling import run_label
-
-        _print(run_label(cfg))
-    elif cmd == "report":
-        from bbox_sae.report import run_report
-
-        _print(run_report(cfg))
-    elif cmd == "run":
+    if cmd == "run":
         from bbox_sae.pipeline import run_all
 
-        run_all(cfg, force=args.force)
+        run_all(cfg, force=args.force, until=args.until)  # saves the config once it holds the lock
+        return 0
+    save_resolved(cfg)
+    if cmd in STAGE_NAMES:
+        from bbox_sae.stages import run_command
+
+        options = {name: getattr(args, attr) for attr, name in STAGE_OPTIONS.get(cmd, {}).items()}
+        _print(run_command(cmd, cfg, **options))
+    elif cmd == "merge":
+        from bbox_sae.scoring.stage import merge
+        from bbox_sae.stages import record_merged_score
+
+        merge(cfg)
+        record_merged_score(cfg)
+        print("all shards complete and intact")
     elif cmd == "eval" and args.what == "planted":
         from bbox_sae.evaluation import run_planted
 
@@ -143,6 +121,14 @@ def dispatch(args) -> int:
     return 0
 
 
+def _os_error_line(err: OSError) -> str:
+    """One line naming the path: what a user needs to fix a permission, a full disk or a read-only mount."""
+    where = err.filename if err.filename is not None else "?"
+    if err.filename2 is not None:
+        where = f"{where} -> {err.filename2}"
+    return f"{where}: {err.strerror or err}"
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
@@ -151,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         return dispatch(args)
     except BBoxError as err:
         print(f"bbox: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"bbox: error: {BBoxError(_os_error_line(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bbox: interrupted; re-run the same command to resume", file=sys.stderr)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bbox_sae.errors import ConfigError
 
@@ -27,8 +29,27 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return any(isinstance(a, bool) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType, list, tuple):
+        return any(_admits_bool(a) for a in typing.get_args(annotation))
+    return False
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # Pydantic reads true as 1 for a number; `sae.epochs=true` is a mistake, not one epoch.
+        if isinstance(value, bool) and not _admits_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected {_type_name(cls.model_fields[info.field_name].annotation)}, got a boolean")
+        return value
 
     @field_validator("*")
     @classmethod
@@ -295,8 +316,20 @@ class Config(Section):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-def _parse_scalar(text: str) -> Any:
-    return yaml.safe_load(text) if text != "" else ""
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def _parse_value(key: str, text: str, source: str) -> Any:
+    if text == "":
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{source}: '{key}': value {text!r} is not valid YAML ({problem}); quote a string, e.g. {key}='\"{text}\"'") from None
+    except (RecursionError, ValueError) as err:
+        raise ConfigError(f"{source}: '{key}': value {text[:40]!r} is not valid YAML ({str(err).split(';')[0][:80] or 'nested too deeply'})") from None
 
 
 def apply_overrides(raw: dict, overrides: list[str], source: str = "--set") -> dict:
@@ -306,6 +339,8 @@ def apply_overrides(raw: dict, overrides: list[str], source: str = "--set") -> d
             raise ConfigError(f"{source}: override '{item}' is not key=value")
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"{source}: override '{item}' does not name a config field (key '{key}')")
         node: Any = raw
         for i, part in enumerate(parts[:-1]):
             if isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -316,9 +351,9 @@ def apply_overrides(raw: dict, overrides: list[str], source: str = "--set") -> d
                 raise ConfigError(f"{source}: '{key}': '{'.'.join(parts[: i + 1])}' is not a section")
         last = parts[-1]
         if isinstance(node, list) and last.isdigit() and int(last) < len(node):
-            node[int(last)] = _parse_scalar(value)
+            node[int(last)] = _parse_value(key, value, source)
         elif isinstance(node, dict):
-            node[last] = _parse_scalar(value)
+            node[last] = _parse_value(key, value, source)
         else:
             raise ConfigError(f"{source}: '{key}' does not name a config field")
     return raw
@@ -381,10 +416,17 @@ def load_config(path: str | Path, overrides: list[str] | None = None, output_dir
     return config_from_dict(raw, source=str(path))
 
 
+def ensure_output_dir(cfg: Config) -> Path:
+    if cfg.out.exists() and not cfg.out.is_dir():
+        raise ConfigError(f"output_dir {cfg.out}: exists and is not a directory")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    return cfg.out
+
+
 def save_resolved(cfg: Config) -> Path:
     from bbox_sae.artifacts import atomic_write_text
 
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    ensure_output_dir(cfg)
     path = cfg.out / "config.yaml"
     atomic_write_text(path, cfg.to_yaml())
     return path

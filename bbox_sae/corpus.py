@@ -292,12 +292,27 @@ def words_table(documents: pa.Table) -> pa.Table:
     return pa.table(cols, schema=WORDS_SCHEMA)
 
 
-def doc_key(doc_ids: list[str], *parts: str) -> str:
-    """Identity of a shard's input: its documents plus whatever settings shape its output."""
+def shard_key(documents: pa.Table, *settings: str, columns: tuple[str, ...] = ("doc_id", "text")) -> str:
+    """Identity of a shard's input: the content of its documents (ids and texts, and whatever other
+    columns shape the output) plus the settings that shape it. Ids alone are not enough: a document
+    edited in place keeps its id, and a shard keyed on ids would keep the old text's results."""
     h = hashlib.sha256()
-    for item in (*parts, *doc_ids):
-        h.update(item.encode())
-        h.update(b"\x00")
+    h.update(json.dumps([list(settings), *(documents[c].to_pylist() for c in columns)]).encode())
+    return h.hexdigest()[:16]
+
+
+def corpus_fingerprint(cfg: CorpusConfig) -> str:
+    """Checksum of the corpus files' content (a hub dataset, which has no local files, by name).
+
+    Content, not sizes and times: an edit that keeps the size within one timestamp tick must
+    still be seen."""
+    from bbox_sae.artifacts import sha256_file
+
+    path = Path(cfg.path).expanduser()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    h = hashlib.sha256(str(path).encode())
+    for f in files:
+        h.update(f"\x00{f.relative_to(path) if f != path else ''}\x00{sha256_file(f)}".encode())
     return h.hexdigest()[:16]
 
 

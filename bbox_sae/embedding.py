@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -24,7 +23,7 @@ from tqdm.auto import tqdm
 from bbox_sae.align import token_word_ranges
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table
 from bbox_sae.config import Config, EmbeddingConfig
-from bbox_sae.corpus import doc_key, shard_ranges
+from bbox_sae.corpus import shard_key, shard_ranges
 from bbox_sae.errors import ArtifactError, ConfigError
 from bbox_sae.words import word_spans
 
@@ -204,13 +203,17 @@ def embeddings_table(doc_ids: list[str], vectors: list[np.ndarray], store_dtype:
     )
 
 
+def embedding_settings(cfg: EmbeddingConfig) -> dict:
+    """What shapes the vectors (batching and device do not)."""
+    return cfg.model_dump(mode="json", exclude={"batch_size", "device"})
+
+
 def run_embed(cfg: Config) -> dict:
     documents = read_table(cfg.out / "documents.parquet")
     table = ShardedTable(cfg.out / "embeddings")
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
-    settings = json.dumps(cfg.embedding.model_dump(mode="json", exclude={"batch_size", "device"}), sort_keys=True)
-    ekey = hashlib.sha256(settings.encode()).hexdigest()[:16]
-    keys = {k: doc_key(documents["doc_id"].slice(a, b - a).to_pylist(), ekey) for k, (a, b) in enumerate(ranges)}
+    settings = json.dumps(embedding_settings(cfg.embedding), sort_keys=True)
+    keys = {k: shard_key(documents.slice(a, b - a), settings) for k, (a, b) in enumerate(ranges)}
     todo = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
     stats = {"documents": 0, "words": 0, "seconds": 0.0}
     if todo:

@@ -1,91 +1,27 @@
-"""`bbox run`: every stage in order, skipping those whose inputs and settings have not changed.
+"""`bbox run`: every stage in order, skipping those that are current.
 
-A stage's key hashes its own config sections, its upstream stages' keys and (for the stages
-that read the corpus) the corpus files' sizes and times; `manifest.json` records the key of
-each finished stage. A stage re-runs when its key changed, its outputs are gone, or it is
-forced (`--force STAGE` also redoes everything after it).
+Whether a stage is current is the stage registry's call (`bbox_sae.stages`): its
+content-addressed key is unchanged and its outputs are the ones it wrote. A stage re-runs
+when its key changed, its outputs are gone or were changed, or it is forced (`--force STAGE`
+also redoes everything after it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from bbox_sae.artifacts import atomic_write_json
-from bbox_sae.config import Config
+from bbox_sae.config import Config, ensure_output_dir, save_resolved
 from bbox_sae.errors import LockError
+from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    deps: tuple[str, ...]
-    settings: Callable[[Config], dict]
-    outputs: Callable[[Config], list[Path]]
-
-
-def _dump(cfg: Config, *keys: str) -> dict:
-    data = cfg.model_dump(mode="json")
-    return {k: data[k] for k in keys}
-
-
-STAGES: list[Stage] = [
-    Stage("score", (), lambda c: _dump(c, "corpus", "seed", "models"), lambda c: [c.out / "documents.parquet", *[c.out / "logprobs" / m.name for m in c.models]]),
-    Stage("embed", (), lambda c: {**_dump(c, "corpus", "seed"), "embedding": c.embedding.model_dump(mode="json", exclude={"batch_size", "device"})}, lambda c: [c.out / "embeddings"]),
-    Stage("build", ("score", "embed"), lambda c: _dump(c, "build"), lambda c: [c.out / "build" / "matrix.npy", c.out / "build" / "index.parquet"]),
-    Stage("train", ("build",), lambda c: c.sae.model_dump(mode="json", exclude={"device", "checkpoint_every"}), lambda c: [c.out / "sae" / c.sae.resolved_run_name() / "cfg.json"]),
-    Stage(
-        "features",
-        ("train",),
-        lambda c: {**_dump(c, "features", "compare"), "negatives": [c.label.only_kept, c.label.validation_examples]},
-        lambda c: [c.out / "features.parquet", c.out / "contexts.parquet"],
-    ),
-    Stage(
-        "label",
-        ("features",),
-        # Operational knobs do not change the answers (and answers are cached anyway).
-        lambda c: c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"}),
-        lambda c: [c.out / "features.parquet"],
-    ),
-    Stage("report", ("label",), lambda c: _dump(c, "report", "wandb"), lambda c: [c.out / "report.html", c.out / "report.md"]),
-]
-STAGE_NAMES = [s.name for s in STAGES]
-
-
-def _corpus_fingerprint(cfg: Config) -> str:
-    from bbox_sae.scoring.stage import _corpus_fingerprint
-
-    return _corpus_fingerprint(cfg)
-
-
-def stage_keys(cfg: Config) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for stage in STAGES:
-        payload = {"settings": stage.settings(cfg), "deps": [keys[d] for d in stage.deps]}
-        if not stage.deps:
-            payload["corpus"] = _corpus_fingerprint(cfg)
-        keys[stage.name] = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return keys
-
-
-def read_manifest(out: Path) -> dict:
-    path = out / "manifest.json"
-    if not path.exists():
-        return {"stages": {}}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return {"stages": {}}
 
 
 def _read_holder(path: Path) -> dict:
@@ -148,91 +84,41 @@ def run_lock(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _run_stage(name: str, cfg: Config, key: str | None = None) -> dict | None:
-    group = cfg.wandb.group or cfg.out.name
-    if name == "score":
-        from bbox_sae.scoring.stage import run_score
-        from bbox_sae.tracking import wandb_run
-
-        result = run_score(cfg)
-        with wandb_run(cfg, "score", group=group) as run:
-            if run is not None:
-                run.summary.update({"scoring": result})
-        return result
-    if name == "embed":
-        from bbox_sae.embedding import run_embed
-
-        return run_embed(cfg)
-    if name == "build":
-        from bbox_sae.dataset import run_build
-
-        return run_build(cfg)
-    if name == "train":
-        from bbox_sae.sae import run_train
-
-        # A run killed mid-training resumes from its last checkpoint when the key still matches.
-        return run_train(cfg, wandb_group=group, resume_key=key)
-    if name == "features":
-        from bbox_sae.features import run_features
-
-        return run_features(cfg)
-    if name == "label":
-        from bbox_sae.labeling import run_label
-
-        return run_label(cfg)
-    if name == "report":
-        from bbox_sae.report import run_report
-
-        return run_report(cfg)
-    raise ValueError(name)
-
-
-def plan(cfg: Config, force: list[str] | None = None) -> list[str]:
-    """Stages that must run, in order."""
-    manifest = read_manifest(cfg.out)["stages"]
-    keys = stage_keys(cfg)
-    todo: list[str] = []
-    forced_from = min((STAGE_NAMES.index(f) for f in force or []), default=len(STAGES))
-    for i, stage in enumerate(STAGES):
-        done = manifest.get(stage.name, {})
-        stale = done.get("key") != keys[stage.name] or not all(p.exists() for p in stage.outputs(cfg))
-        if stale or i >= forced_from:
-            todo.append(stage.name)
-    return todo
-
-
-def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str, str], None] | None = None) -> dict:
+def run_all(
+    cfg: Config,
+    force: list[str] | None = None,
+    on_stage: Callable[[str, str], None] | None = None,
+    until: str | None = None,
+) -> dict:
     from rich.console import Console
 
     console = Console(stderr=True)
-    with run_lock(cfg.out):
-        keys = stage_keys(cfg)
-        todo = plan(cfg, force)
-        manifest = read_manifest(cfg.out)
-        timings = {}
-        for i, stage in enumerate(STAGES, start=1):
-            if stage.name not in todo:
-                console.print(f"[{i}/{len(STAGES)}] {stage.name}: up to date")
+    stages = STAGES[: STAGE_NAMES.index(until) + 1] if until else STAGES
+    forced_from = min((STAGE_NAMES.index(f) for f in force or []), default=len(STAGES))
+    with run_lock(ensure_output_dir(cfg)):
+        # Only now, holding the lock: a run refused by it must leave the directory as it was.
+        save_resolved(cfg)
+        ran, timings = [], {}
+        for i, stage in enumerate(stages):
+            step = f"[{i + 1}/{len(stages)}] {stage.name}"
+            # Decided in turn, after the stages before ran: their new digests are part of this key.
+            if i < forced_from and staleness(stage, cfg, read_manifest(cfg.out)) is None:
+                console.print(f"{step}: up to date")
                 if on_stage:
                     on_stage(stage.name, "skipped")
                 continue
-            console.print(f"[{i}/{len(STAGES)}] {stage.name} ...")
+            console.print(f"{step} ...")
             start = time.perf_counter()
-            result = _run_stage(stage.name, cfg, keys[stage.name])
+            execute(stage, cfg)
             seconds = time.perf_counter() - start
+            ran.append(stage.name)
             timings[stage.name] = round(seconds, 2)
-            manifest["stages"][stage.name] = {
-                "key": keys[stage.name],
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "seconds": round(seconds, 2),
-                "result": result,
-            }
-            atomic_write_json(cfg.out / "manifest.json", manifest)
-            console.print(f"[{i}/{len(STAGES)}] {stage.name}: done in {seconds:.1f}s")
+            console.print(f"{step}: done in {seconds:.1f}s")
             if on_stage:
                 on_stage(stage.name, "ran")
-        _final_summary(cfg, console)
-        return {"ran": todo, "seconds": timings}
+        if stages[-1].name == STAGE_NAMES[-1]:
+            _final_summary(cfg, console)
+        return {"ran": ran, "seconds": timings}
 
 
 def _final_summary(cfg: Config, console) -> None:

@@ -214,6 +214,11 @@ def train_sae(
     split = index["split"].to_numpy(zero_copy_only=False)
     rows = index["row"].to_numpy()
     train_rows, holdout_rows = rows[split == "train"], rows[split == "holdout"]
+    if len(train_rows) == 0:
+        raise ArtifactError(
+            f"{cfg.out / 'build' / 'index.parquet'}: no training rows: all {len(holdout_rows)} rows are in the holdout split; "
+            "lower corpus.holdout_fraction or add documents"
+        )
     d_in = matrix.shape[1]
     total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
     batch = min(sae_cfg.batch_size, len(train_rows))
@@ -273,6 +278,10 @@ def train_sae(
         # A checkpoint counts only once all its files are written (resume ignores partial ones).
         if checkpoint_path is not None:
             (Path(checkpoint_path) / ".complete").write_text(str(trainer.n_training_steps + 1))
+            # Resume needs only the newest complete checkpoint; older ones would pile up without bound.
+            for old in checkpoints.iterdir():
+                if old.is_dir() and old != Path(checkpoint_path):
+                    shutil.rmtree(old, ignore_errors=True)
 
     trainer.save_checkpoint_fn = mark_complete
     steps_before = trainer.n_training_steps

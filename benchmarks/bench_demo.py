@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import DEMO_CONFIG, REPO, base_parser, load_snapshot, print_table, write_results  # noqa: E402
 
+from bbox_sae.stages import STAGE_NAMES  # noqa: E402
+
 NAME = "demo"
-STAGES = ["score", "embed", "build", "train", "features", "label", "report"]
 
 
 def stage_rates(name: str, result) -> str:
@@ -53,7 +54,7 @@ def from_manifest(path: Path) -> dict:
         return {"available": False, "manifest": str(path)}
     manifest = json.loads(path.read_text())
     stages = []
-    for name in STAGES:
+    for name in STAGE_NAMES:
         entry = manifest.get("stages", {}).get(name)
         if entry is None:
             stages.append({"stage": name, "seconds": None})
@@ -117,7 +118,7 @@ def run_stages(config: str, output_dir: Path, overrides: list[str]) -> dict:
     output_dir.mkdir(parents=True)
     stages = []
     with open(output_dir.parent / f"{output_dir.name}.log", "w") as log:
-        for name in STAGES:
+        for name in STAGE_NAMES:
             cmd = [bbox, name, "-c", config, "-o", str(output_dir), *[a for o in overrides for a in ("--set", o)]]
             print(f"[demo] {name} ...", file=sys.stderr, flush=True)
             log.write(f"\n$ {' '.join(cmd)}\n")

@@ -18,9 +18,12 @@ import numpy as np
 import pytest
 import yaml
 
+from bbox_sae.stages import STAGE_NAMES
+
 TESTS = Path(__file__).parent
 KILLPOINT = TESTS / "killpoint.py"
-STAGES = ["score", "embed", "build", "train", "features", "label", "report"]
+# The CLI's stage commands (`bbox score` ingests first, so ingest has no command of its own here).
+STAGES = [name for name in STAGE_NAMES if name != "ingest"]
 
 LINES = [
     "If you were here, the day would be bright.",
@@ -81,36 +84,12 @@ def write_project(root: Path, tiny_lm, tiny_encoder, n_docs: int = 16, **overrid
 
 
 def run_stage_in_process(stage: str, cfg) -> dict | None:
+    """`bbox <stage>` without the subprocess: the same writes in the same order (kill-point counts agree)."""
     from bbox_sae.config import save_resolved
+    from bbox_sae.stages import run_command
 
-    save_resolved(cfg)  # as the CLI does first (one atomic write: keeps kill-point counts equal)
-    if stage == "score":
-        from bbox_sae.scoring.stage import run_score
-
-        return run_score(cfg)
-    if stage == "embed":
-        from bbox_sae.embedding import run_embed
-
-        return run_embed(cfg)
-    if stage == "build":
-        from bbox_sae.dataset import run_build
-
-        return run_build(cfg)
-    if stage == "train":
-        from bbox_sae.sae import run_train
-
-        return run_train(cfg)
-    if stage == "features":
-        from bbox_sae.features import run_features
-
-        return run_features(cfg)
-    if stage == "label":
-        from bbox_sae.labeling import run_label
-
-        return run_label(cfg)
-    from bbox_sae.report import run_report
-
-    return run_report(cfg)
+    save_resolved(cfg)
+    return run_command(stage, cfg)
 
 
 def build_reference(config_path: Path, stages: list[str]) -> dict[str, int]:

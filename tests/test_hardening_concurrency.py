@@ -18,9 +18,10 @@ import pytest
 
 from hardening import TESTS, assert_same_outputs, cli, sigkill, start_killable, wait_for, write_project
 
-from bbox_sae.config import load_config, save_resolved
+from bbox_sae.config import load_config
 from bbox_sae.errors import LockError
-from bbox_sae.pipeline import STAGE_NAMES, run_all, run_lock
+from bbox_sae.pipeline import run_all, run_lock
+from bbox_sae.stages import STAGE_NAMES
 
 SEED = random.SystemRandom().randrange(10**6)
 
@@ -35,8 +36,7 @@ def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, ti
     cfg = load_config(config)
     with pytest.MonkeyPatch.context() as mp:
         counter = killpoint.install(0, None, mp.setattr)
-        save_resolved(cfg)
-        run_all(cfg)
+        run_all(cfg)  # saves config.yaml once it holds the lock, as `bbox run` does
     batches = [i for i, p in enumerate(counter["points"], start=1) if p.startswith("batch ") and int(p.split()[1]) >= 7]
     point = random.Random(SEED).choice(batches)  # mid-training, after the step-5 checkpoint
     context = f"seed {SEED}: `bbox run` killed at point {point} ({counter['points'][point - 1]})"

@@ -11,7 +11,8 @@ import yaml
 
 from bbox_sae.artifacts import read_table
 from bbox_sae.config import load_config
-from bbox_sae.pipeline import STAGE_NAMES, run_all
+from bbox_sae.pipeline import run_all
+from bbox_sae.stages import STAGE_NAMES
 
 pytestmark = pytest.mark.slow
 

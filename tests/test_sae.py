@@ -95,6 +95,30 @@ def test_resume_continues_the_step_count(tmp_path, monkeypatch):
     assert metrics["rows_trained"] == (total_steps - 20) * 512
 
 
+def test_only_the_newest_checkpoint_is_kept(tmp_path, monkeypatch):
+    cfg, _ = planted_run(tmp_path, n=3000, epochs=6, checkpoint_every=5)
+    original = RowBatches.__next__
+    calls = {"n": 0}
+
+    def dying_next(self):
+        calls["n"] += 1
+        if calls["n"] == 18:
+            raise KeyboardInterrupt  # after the step-5, 10 and 15 checkpoints
+        return original(self)
+
+    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+    with pytest.raises(KeyboardInterrupt):
+        run_train(cfg)
+    checkpoints = run_dir_for(cfg) / "checkpoints"
+    kept = [p for p in checkpoints.iterdir() if p.is_dir()]
+    assert len(kept) == 1 and (kept[0] / ".complete").exists(), kept
+    monkeypatch.setattr(RowBatches, "__next__", original)
+    metrics = run_train(cfg, resume=True)
+    assert metrics["resumed_from_step"] == 15
+    after = [p for p in checkpoints.iterdir() if p.is_dir()]
+    assert len(after) == 1 and int(after[0].name) > int(kept[0].name), after  # 28 steps: the step-25 one
+
+
 def test_batches_stream_from_the_memory_map(tmp_path):
     cfg, _ = planted_run(tmp_path, n=3000)
     matrix = np.load(cfg.out / "build" / "matrix.npy", mmap_mode="r")

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from bbox_sae.align import align_logprobs
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig
-from bbox_sae.corpus import IngestStats, doc_key, documents_table, load_documents, shard_ranges, words_table
+from bbox_sae.corpus import IngestStats, corpus_fingerprint, documents_table, load_documents, shard_key, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
 from bbox_sae.scoring.base import ScoringStats
 from bbox_sae.words import word_spans
@@ -35,21 +35,11 @@ log = logging.getLogger(__name__)
 LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), ("logprob", pa.float64())])
 
 
-def _corpus_fingerprint(cfg: Config) -> str:
-    path = Path(cfg.corpus.path).expanduser()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
-    h = hashlib.sha256(cfg.section_hash("corpus", "seed").encode())
-    for f in files:
-        st = f.stat()
-        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
-
-
 def ingest(cfg: Config) -> pa.Table:
     """Read the corpus into documents.parquet and words/ (skipped when up to date)."""
     out = cfg.out
     marker = out / "ingest.json"
-    fingerprint = _corpus_fingerprint(cfg)
+    fingerprint = cfg.section_hash("corpus", "seed") + corpus_fingerprint(cfg.corpus)
     if marker.exists() and (out / "documents.parquet").exists():
         try:
             meta = json.loads(marker.read_text())
@@ -78,7 +68,8 @@ def ingest(cfg: Config) -> pa.Table:
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
     for k, (a, b) in enumerate(ranges):
         part = documents.slice(a, b - a)
-        key = doc_key(part["doc_id"].to_pylist(), hashlib.sha256("".join(part["text"].to_pylist()).encode()).hexdigest())
+        # The split and domain are columns of words/ too: a new holdout_fraction or seed must redo the shard.
+        key = shard_key(part, columns=("doc_id", "text", "split", "domain"))
         if not words.has(k, key):
             words.write(k, words_table(part), key)
     words.remove_extra(set(range(len(ranges))))
@@ -98,6 +89,12 @@ def ingest(cfg: Config) -> pa.Table:
         },
     )
     log.info("ingested %d documents, %d words (%d holdout docs)", stats.documents, stats.words, n_holdout)
+    if n_holdout == 0 and cfg.features.require_generalize:
+        log.warning(
+            "no holdout documents (corpus.holdout_fraction %s, %d documents): no feature can pass the holdout check, "
+            "so none will be kept; raise corpus.holdout_fraction or set features.require_generalize=false",
+            cfg.corpus.holdout_fraction, stats.documents,
+        )
     return documents
 
 
@@ -137,13 +134,38 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True)
     )
 
 
-def _model_key(model_cfg: ModelConfig) -> str:
+def model_key(model_cfg: ModelConfig) -> str:
     fields = {"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
     if model_cfg.source == "endpoint":
         # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
         fields.add("tokenizer")
     relevant = model_cfg.model_dump(mode="json", include=fields)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def user_logprobs_path(model_cfg: ModelConfig) -> Path:
+    src = Path(model_cfg.path).expanduser()
+    if not src.exists():
+        raise ArtifactError(f"model '{model_cfg.name}': {src}: log-prob file not found (models[].path of a `source: parquet` model)")
+    return src
+
+
+def user_logprobs_checksum(model_cfg: ModelConfig) -> str:
+    """The content of a `source: parquet` model's file (a folder of Parquet files: all of them)."""
+    src = user_logprobs_path(model_cfg)
+    files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.relative_to(src) if f != src else ''}\x00{sha256_file(f)}\x00".encode())
+    return h.hexdigest()[:16]
+
+
+def logprob_shard_keys(model_cfg: ModelConfig, documents: pa.Table, ranges: list[tuple[int, int]]) -> dict[int, str]:
+    settings = [model_key(model_cfg)]
+    if model_cfg.source == "parquet":
+        # Imported, not computed: the shard is only as current as the user's file.
+        settings.append("parquet:" + user_logprobs_checksum(model_cfg))
+    return {k: shard_key(documents.slice(a, b - a), *settings) for k, (a, b) in enumerate(ranges)}
 
 
 def _score_in_groups(scorer, pairs: list[tuple[str, str]], model_cfg: ModelConfig):
@@ -165,8 +187,7 @@ def score_model(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, shard:
     table = ShardedTable(cfg.out / "logprobs" / model_cfg.name)
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
     mine = [k for k in range(len(ranges)) if k % shard[1] == shard[0]]
-    mkey = _model_key(model_cfg)
-    keys = {k: doc_key(documents["doc_id"].slice(a, b - a).to_pylist(), mkey) for k, (a, b) in enumerate(ranges)}
+    keys = logprob_shard_keys(model_cfg, documents, ranges)
     todo = [k for k in mine if not table.has(k, keys[k])]
     stats = ScoringStats()
     if model_cfg.source == "parquet":
@@ -231,13 +252,14 @@ def _score_shards(model_cfg: ModelConfig, scorer, documents: pa.Table, table: Sh
 
 
 def _null_nonfinite(name: str, src: Path, theirs: pa.Table) -> pa.Table:
-    """NaN/inf in users' log-probs become nulls (as for our own scorers), with a warning naming the
-    documents; a positive log-prob is an error (a probability above 1: negative log-likelihoods?)."""
+    """NaN / -inf in users' log-probs become nulls (as for our own scorers), with a warning naming the
+    documents; a positive log-prob, +inf included, is an error (a probability above 1: negative log-likelihoods?)."""
     values = theirs["logprob"].to_numpy(zero_copy_only=False).astype(np.float64)  # nulls read as NaN
     stored = theirs["logprob"].is_valid().to_numpy(zero_copy_only=False)
     finite = np.isfinite(values)
-    if np.any(finite & (values > 1e-9)):
-        i = int(np.argmax(np.where(finite, values, -np.inf)))
+    # +inf is a probability above 1 like any positive value (not a model failure like NaN / -inf).
+    if np.any(values > 1e-9):
+        i = int(np.argmax(np.where(np.isnan(values), -np.inf, values)))
         raise ArtifactError(
             f"{src}: log-prob {values[i]:.4g} > 0 for document '{theirs['doc_id'][i].as_py()}' word {theirs['word_idx'][i].as_py()}; "
             "log-probs must be <= 0 (natural log); are these negative log-likelihoods?"
@@ -253,13 +275,26 @@ def _null_nonfinite(name: str, src: Path, theirs: pa.Table) -> pa.Table:
     return theirs.set_column(2, LOGPROB_SCHEMA.field("logprob"), pa.array(np.where(finite, values, np.nan), pa.float64(), from_pandas=True))
 
 
+def _cast_user_columns(src: Path, theirs: pa.Table) -> pa.Table:
+    columns = []
+    for field in LOGPROB_SCHEMA:
+        try:
+            columns.append(theirs[field.name].cast(field.type))  # safe cast: 3.5 is no word index, 'abc' no log-prob
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            problem = str(err).splitlines()[0]
+            raise ArtifactError(
+                f"{src}: column '{field.name}' ({theirs.schema.field(field.name).type}) cannot be read as {field.type}: {problem}"
+            ) from None
+    return pa.table(columns, schema=LOGPROB_SCHEMA)
+
+
 def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, table: ShardedTable, ranges, keys) -> None:
     """Users' own per-word log-probs: validated against words/ and re-sharded like ours."""
-    src = Path(model_cfg.path).expanduser()
+    src = user_logprobs_path(model_cfg)
     theirs = read_table(src)
     require_columns(theirs, ["doc_id", "word_idx", "logprob"], str(src))
     words = read_table(cfg.out / "words", columns=["doc_id", "word_idx"])
-    theirs = theirs.select(["doc_id", "word_idx", "logprob"]).cast(LOGPROB_SCHEMA)
+    theirs = _cast_user_columns(src, theirs.select(["doc_id", "word_idx", "logprob"]))
     theirs = _null_nonfinite(model_cfg.name, src, theirs)
     joined = words.join(theirs, keys=["doc_id", "word_idx"], join_type="left outer")
     n_missing = joined["logprob"].null_count
@@ -278,7 +313,7 @@ def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, ta
         order = {d: i for i, d in enumerate(ids.to_pylist())}
         rank = np.array([order[d] for d in part["doc_id"].to_pylist()], dtype=np.int64)
         perm = np.lexsort((part["word_idx"].to_numpy(), rank))
-        table.write(k, part.take(pa.array(perm)).cast(LOGPROB_SCHEMA), keys[k] + ":parquet")
+        table.write(k, part.take(pa.array(perm)).cast(LOGPROB_SCHEMA), keys[k])
 
 
 def check_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig] | None = None) -> dict[str, list[int]]:
@@ -287,15 +322,18 @@ def check_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig] |
     missing = {}
     for m in models or cfg.models:
         table = ShardedTable(cfg.out / "logprobs" / m.name)
-        suffix = ":parquet" if m.source == "parquet" else ""
-        keys = [doc_key(documents["doc_id"].slice(a, b - a).to_pylist(), _model_key(m)) + suffix for a, b in ranges]
+        keys = logprob_shard_keys(m, documents, ranges)
         missing[m.name] = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
     return missing
 
 
 def run_score(cfg: Config, models: list[str] | None = None, shard_spec: str | None = None) -> dict:
+    """Ingest (when not up to date), then score."""
+    return score_documents(cfg, ingest(cfg), models, shard_spec)
+
+
+def score_documents(cfg: Config, documents: pa.Table, models: list[str] | None = None, shard_spec: str | None = None) -> dict:
     shard = parse_shard(shard_spec)
-    documents = ingest(cfg)
     chosen = [cfg.model(n) for n in models] if models else cfg.models
     report = {}
     for m in chosen:

@@ -1,0 +1,384 @@
+"""The stage registry: every pipeline stage once, with what it reads and writes.
+
+The CLI (one subcommand per stage), `bbox run` and the tests all read `STAGES`. A stage's key
+is content-addressed: it hashes the config the stage declares (`settings`), the files outside
+the output dir it reads (`sources`: the corpus, users' log-prob files, by checksum), and the
+recorded digests of the stages whose outputs it reads (`inputs`). `manifest.json` records, for
+each finished stage, its key and the checksums of its outputs; a stage is current when its key
+is unchanged and its outputs are still the ones it wrote. Nothing else decides.
+
+Running a stage first withdraws its record, so a stage that fails (or is killed) leaves no
+claim that its old outputs are current: the stages after it refuse to run on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bbox_sae.artifacts import ShardedTable, atomic_write_json, sha256_file
+from bbox_sae.config import Config
+from bbox_sae.errors import ArtifactError
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    help: str
+    # (cfg, key, **options) -> result recorded in the manifest; options are the CLI's extras.
+    run: Callable[..., dict | None]
+    inputs: tuple[str, ...]
+    settings: Callable[[Config], dict]
+    outputs: Callable[[Config], list[Path]]
+    sources: Callable[[Config], dict] = field(default=lambda cfg: {})
+
+
+def _sections(cfg: Config, *names: str) -> dict:
+    data = cfg.model_dump(mode="json")
+    return {n: data[n] for n in names}
+
+
+# ---------------------------------------------------------------- what each stage runs
+
+
+def _ingest(cfg: Config, key: str) -> dict:
+    from bbox_sae.scoring.stage import ingest
+
+    ingest(cfg)
+    return json.loads((cfg.out / "ingest.json").read_text())
+
+
+def _score(cfg: Config, key: str, models: list[str] | None = None, shard: str | None = None) -> dict:
+    from bbox_sae.artifacts import read_table
+    from bbox_sae.scoring.stage import score_documents
+    from bbox_sae.tracking import wandb_run
+
+    result = score_documents(cfg, read_table(cfg.out / "documents.parquet"), models, shard)
+    with wandb_run(cfg, "score", group=cfg.wandb.group or cfg.out.name) as run:
+        if run is not None:
+            run.summary.update({"scoring": result})
+    return result
+
+
+def _embed(cfg: Config, key: str) -> dict:
+    from bbox_sae.embedding import run_embed
+
+    return run_embed(cfg)
+
+
+def _build(cfg: Config, key: str) -> dict:
+    from bbox_sae.dataset import run_build
+
+    return run_build(cfg)
+
+
+def _train(cfg: Config, key: str, resume: bool | None = None) -> dict:
+    """`resume` None (`bbox run`): continue a killed run when its checkpoints carry this key."""
+    from bbox_sae.sae import run_train
+
+    return run_train(cfg, resume=bool(resume), wandb_group=cfg.wandb.group or cfg.out.name, resume_key=key if resume is None else None)
+
+
+def _features(cfg: Config, key: str, baseline: str | None = None) -> dict:
+    from bbox_sae.features import run_features
+
+    return run_features(cfg, baseline=baseline)
+
+
+def _label(cfg: Config, key: str) -> dict:
+    from bbox_sae.labeling import run_label
+
+    return run_label(cfg)
+
+
+def _report(cfg: Config, key: str) -> dict:
+    from bbox_sae.report import run_report
+
+    return run_report(cfg)
+
+
+# ---------------------------------------------------------------- what each stage depends on
+
+
+def _score_settings(cfg: Config) -> dict:
+    from bbox_sae.scoring.stage import model_key
+
+    return {"models": {m.name: model_key(m) for m in cfg.models}}
+
+
+def _user_logprobs(cfg: Config) -> dict:
+    from bbox_sae.scoring.stage import user_logprobs_checksum
+
+    return {m.name: user_logprobs_checksum(m) for m in cfg.models if m.source == "parquet"}
+
+
+def _corpus(cfg: Config) -> dict:
+    from bbox_sae.corpus import corpus_fingerprint
+
+    return {"corpus": corpus_fingerprint(cfg.corpus)}
+
+
+def _embed_settings(cfg: Config) -> dict:
+    from bbox_sae.embedding import embedding_settings
+
+    return {"embedding": embedding_settings(cfg.embedding)}
+
+
+def _sae_dir(cfg: Config) -> Path:
+    return cfg.out / "sae" / cfg.sae.resolved_run_name()
+
+
+# Operational knobs (batching, devices, concurrency, retries) are left out of the settings:
+# they do not change a stage's outputs, so changing them must not redo work.
+STAGES: list[Stage] = [
+    Stage(
+        "ingest",
+        "read the corpus into documents and words, and split it into train / holdout",
+        _ingest,
+        inputs=(),
+        settings=lambda c: {**_sections(c, "corpus", "seed")},
+        outputs=lambda c: [c.out / "documents.parquet", c.out / "words"],
+        sources=_corpus,
+    ),
+    Stage(
+        "score",
+        "ingest the corpus and score every word with every model",
+        _score,
+        inputs=("ingest",),
+        settings=_score_settings,
+        outputs=lambda c: [c.out / "logprobs" / m.name for m in c.models],
+        sources=_user_logprobs,
+    ),
+    Stage(
+        "embed",
+        "contextual word embeddings",
+        _embed,
+        inputs=("ingest",),
+        settings=_embed_settings,
+        outputs=lambda c: [c.out / "embeddings"],
+    ),
+    Stage(
+        "build",
+        "performance-aware embedding matrix",
+        _build,
+        inputs=("ingest", "score", "embed"),
+        settings=lambda c: {**_sections(c, "build"), "models": [m.name for m in c.models]},
+        outputs=lambda c: [c.out / "build" / "matrix.npy", c.out / "build" / "index.parquet", c.out / "build" / "build.json"],
+    ),
+    Stage(
+        "train",
+        "train the sparse autoencoder with sae-lens",
+        _train,
+        inputs=("build",),
+        settings=lambda c: {"sae": c.sae.model_dump(mode="json", exclude={"device", "checkpoint_every"})},
+        outputs=lambda c: [_sae_dir(c) / "sae_weights.safetensors", _sae_dir(c) / "cfg.json"],
+    ),
+    Stage(
+        "features",
+        "top activations, statistics, held-out validity, filtering",
+        _features,
+        inputs=("ingest", "build", "train"),
+        # Negative examples are drawn here for the labeler's validation, hence the label fields.
+        settings=lambda c: {**_sections(c, "features", "compare"), "negatives": [c.label.only_kept, c.label.validation_examples]},
+        outputs=lambda c: [c.out / n for n in ("features.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json")],
+    ),
+    Stage(
+        "label",
+        "label kept features (LLM endpoint or heuristic)",
+        _label,
+        inputs=("features",),
+        # Operational knobs do not change the answers (and answers are cached anyway).
+        settings=lambda c: {
+            "label": c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"})
+        },
+        outputs=lambda c: [c.out / "features.parquet"],
+    ),
+    Stage(
+        "report",
+        "W&B tables, report.html and report.md",
+        _report,
+        inputs=("label",),
+        settings=lambda c: _sections(c, "report", "wandb"),
+        outputs=lambda c: [c.out / "report.html", c.out / "report.md"],
+    ),
+]
+STAGE_NAMES = [s.name for s in STAGES]
+BY_NAME = {s.name: s for s in STAGES}
+
+
+def ancestors(name: str) -> list[str]:
+    """Every stage whose outputs `name` depends on, directly or not, in pipeline order."""
+    found: set[str] = set()
+    todo = list(BY_NAME[name].inputs)
+    while todo:
+        dep = todo.pop()
+        if dep not in found:
+            found.add(dep)
+            todo.extend(BY_NAME[dep].inputs)
+    return [n for n in STAGE_NAMES if n in found]
+
+
+def _rewritten_later(stage: Stage, cfg: Config) -> set[Path]:
+    """Outputs a later stage writes again (label adds its columns to features.parquet)."""
+    later = STAGE_NAMES[STAGE_NAMES.index(stage.name) + 1 :]
+    return {p for n in later for p in BY_NAME[n].outputs(cfg)}
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+def read_manifest(out: Path) -> dict:
+    try:
+        manifest = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {"stages": {}}
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), dict):
+        return {"stages": {}}
+    return manifest
+
+
+def _sharded_digest(directory: Path) -> str:
+    """The shards' recorded checksums (their sidecars): cheap, and readers verify the shards themselves."""
+    table = ShardedTable(directory)
+    listing = {"shards": table.recorded_checksums(), "orphans": table.orphans()}
+    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
+
+
+def _describe_outputs(cfg: Config, paths: list[Path]) -> dict:
+    described = {}
+    for p in paths:
+        rel = str(p.relative_to(cfg.out))
+        if p.is_dir():
+            described[rel] = {"shards": _sharded_digest(p)}
+        else:
+            st = p.stat()
+            described[rel] = {"sha256": sha256_file(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return described
+
+
+def _outputs_unchanged(cfg: Config, stage: Stage, recorded: dict) -> bool:
+    """The outputs are still the ones the stage wrote: shard checksums for tables, size and time
+    for single files (each written by atomic rename, so any rewrite changes its time)."""
+    rewritten = _rewritten_later(stage, cfg)
+    for p in stage.outputs(cfg):
+        rel = str(p.relative_to(cfg.out))
+        was = recorded.get(rel)
+        if was is None or not p.exists():
+            return False
+        if p in rewritten:
+            continue  # its current content is the later stage's to vouch for
+        if "shards" in was:
+            if not p.is_dir() or _sharded_digest(p) != was["shards"]:
+                return False
+        else:
+            st = p.stat()
+            if (st.st_size, st.st_mtime_ns) != (was.get("size"), was.get("mtime_ns")):
+                return False
+    return True
+
+
+def stage_key(stage: Stage, cfg: Config, manifest: dict) -> str | None:
+    """None when an input stage has no finished record to take its digest from."""
+    inputs = {}
+    for dep in stage.inputs:
+        entry = manifest["stages"].get(dep)
+        if not entry or "digest" not in entry:
+            return None
+        inputs[dep] = entry["digest"]
+    payload = {"stage": stage.name, "settings": stage.settings(cfg), "sources": stage.sources(cfg), "inputs": inputs}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def staleness(stage: Stage, cfg: Config, manifest: dict) -> str | None:
+    """Why the stage's outputs are not current (None when they are)."""
+    entry = manifest["stages"].get(stage.name)
+    if not entry or "key" not in entry:
+        return "has not finished"
+    if entry["key"] != stage_key(stage, cfg, manifest):
+        return "is out of date (its inputs or settings changed)"
+    if not _outputs_unchanged(cfg, stage, entry.get("outputs", {})):
+        return "has outputs that are missing or were changed since it finished"
+    return None
+
+
+def _write_entry(cfg: Config, name: str, entry: dict | None) -> None:
+    manifest = read_manifest(cfg.out)
+    if entry is None:
+        if name not in manifest["stages"]:
+            return
+        del manifest["stages"][name]
+    else:
+        manifest["stages"][name] = entry
+    atomic_write_json(cfg.out / "manifest.json", manifest)
+
+
+def withdraw(cfg: Config, name: str) -> None:
+    """Before a stage touches its outputs: until it finishes, nothing claims they are current."""
+    _write_entry(cfg, name, None)
+
+
+def record(cfg: Config, stage: Stage, key: str, seconds: float, result) -> None:
+    outputs = _describe_outputs(cfg, stage.outputs(cfg))
+    digest = hashlib.sha256(json.dumps({k: v.get("sha256") or v.get("shards") for k, v in outputs.items()}, sort_keys=True).encode()).hexdigest()[:16]
+    _write_entry(
+        cfg,
+        stage.name,
+        {
+            "key": key,
+            "digest": digest,
+            "outputs": outputs,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "seconds": round(seconds, 2),
+            "result": result,
+        },
+    )
+
+
+def require_current_inputs(stage: Stage, cfg: Config) -> None:
+    """A stage run on its own refuses inputs that are not current: it would turn stale into new-looking results."""
+    manifest = read_manifest(cfg.out)
+    for dep in ancestors(stage.name):
+        why = staleness(BY_NAME[dep], cfg, manifest)
+        if why is not None:
+            names = ", ".join(str(p.relative_to(cfg.out)) for p in BY_NAME[dep].outputs(cfg))
+            raise ArtifactError(
+                f"{cfg.out}: '{stage.name}' reads {names} from stage '{dep}', which {why}; run `bbox {dep}` (or `bbox run`) first"
+            )
+
+
+def execute(stage: Stage, cfg: Config, complete: bool = True, **options) -> dict | None:
+    """Run one stage and record it. `complete` False: the run covers only part of the stage's
+    work (some models, one worker's shards), so it withdraws the record and does not renew it."""
+    key = stage_key(stage, cfg, read_manifest(cfg.out))
+    if key is None:
+        require_current_inputs(stage, cfg)  # names the input that is missing
+    withdraw(cfg, stage.name)
+    start = time.perf_counter()
+    result = stage.run(cfg, key, **options)
+    if complete:
+        record(cfg, stage, key, time.perf_counter() - start, result)
+    return result
+
+
+def run_command(name: str, cfg: Config, **options) -> dict | None:
+    """`bbox <stage>`: the stage alone, on inputs that must be current. `bbox score` ingests first,
+    since scoring without the current corpus has no meaning."""
+    if name == "score":
+        execute(BY_NAME["ingest"], cfg)
+    stage = BY_NAME[name]
+    require_current_inputs(stage, cfg)
+    partial = bool(options.get("models") or options.get("shard") not in (None, "0/1"))
+    if name == "features" and options.get("baseline"):
+        return stage.run(cfg, None, **options)  # writes under baselines/, not the stage's outputs
+    return execute(stage, cfg, complete=not partial, **options)
+
+
+def record_merged_score(cfg: Config) -> None:
+    """`bbox merge`: every worker's shards are complete, so the score stage is finished."""
+    stage = BY_NAME["score"]
+    require_current_inputs(stage, cfg)
+    record(cfg, stage, stage_key(stage, cfg, read_manifest(cfg.out)), 0.0, {"merged": True})

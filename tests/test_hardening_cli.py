@@ -1,0 +1,408 @@
+"""Issue 16: every case a careful user hit, as a regression test, on the real CLI entry point.
+
+Runs `bbox_sae.cli.main` in this process (the same code path as the `bbox` command, without
+starting Python for every case) on a project whose two models are users' log-prob Parquet
+files, so a run up to build costs a fraction of a second. Every failure must be one line
+`bbox: error: ...` naming the path or field, exit 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from bbox_sae import __version__
+from bbox_sae.artifacts import read_table
+from bbox_sae.cli import main
+from bbox_sae.config import load_config
+from bbox_sae.pipeline import run_lock
+from bbox_sae.stages import STAGE_NAMES, read_manifest
+from bbox_sae.words import word_spans
+
+TEXTS = {
+    "d0": "The ships were late, and the men were tired.",
+    "d1": "Three hundred and 12 crowns, said the steward.",
+    "d2": "O Romeo, Romeo! wherefore art thou Romeo?",
+    "d3": "If you were here, the day would be bright.",
+    "d4": "As if it were nothing, he walked away — café.",
+    "d5": "Now is the winter of our discontent.",
+}
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def write_corpus(path: Path, texts: dict[str, str]) -> None:
+    path.write_text("".join(json.dumps({"id": d, "text": t}, ensure_ascii=False) + "\n" for d, t in texts.items()))
+
+
+def write_logprobs(path: Path, texts: dict[str, str], offset: float = 0.0) -> None:
+    ids, idx, lp = [], [], []
+    for d, t in texts.items():
+        for i, _ in enumerate(word_spans(t)):
+            ids.append(d)
+            idx.append(i)
+            lp.append(-1.0 - offset - (i % 5) / 10)
+    pq.write_table(pa.table({"doc_id": ids, "word_idx": pa.array(idx, pa.int32()), "logprob": lp}), path)
+
+
+@pytest.fixture()
+def project(tmp_path, tiny_encoder):
+    write_corpus(tmp_path / "c.jsonl", TEXTS)
+    for m, offset in (("a", 0.0), ("b", 0.5)):
+        write_logprobs(tmp_path / f"{m}.parquet", TEXTS, offset)
+    cfg = {
+        "output_dir": str(tmp_path / "out"),
+        "corpus": {"path": str(tmp_path / "c.jsonl"), "shard_docs": 2, "holdout_fraction": 0.3},
+        "models": [{"name": m, "source": "parquet", "path": str(tmp_path / f"{m}.parquet")} for m in ("a", "b")],
+        "embedding": {"model": str(tiny_encoder), "window": 16, "stride": 8},
+        "wandb": {"mode": "disabled"},
+    }
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    return tmp_path
+
+
+def bbox(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def one_line_error(code: int, err: str, *needles: str) -> str:
+    """Exit 2, and the error is one line, the last (`bbox run` prints its progress lines before it)."""
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err)
+    assert "Traceback" not in err and lines and lines[-1].startswith("bbox: error: "), err
+    assert sum("error" in line for line in lines) == 1, err
+    for needle in needles:
+        assert needle in lines[-1], (needle, lines[-1])
+    return lines[-1]
+
+
+def run_until(capsys, root: Path, stage: str = "build", *extra: str, out: Path | None = None) -> tuple[int, str]:
+    return bbox(capsys, "run", "-c", str(root / "cfg.yaml"), "--until", stage, *(("-o", str(out)) if out else ()), *extra)
+
+
+def comparable(out: Path) -> dict[str, bytes]:
+    skip = {"manifest.json", "config.yaml", "stats.json", "stats-0of1.json"}
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name not in skip and not p.name.startswith(".")}
+
+
+def assert_equals_fresh(capsys, root: Path, stage: str = "build") -> None:
+    code, err = run_until(capsys, root, stage, out=root / "fresh")
+    assert code == 0, err
+    mine, fresh = comparable(root / "out"), comparable(root / "fresh")
+    assert sorted(mine) == sorted(fresh)
+    assert [k for k in mine if mine[k] != fresh[k]] == []
+
+
+# ---------------------------------------------------------------- edits between runs
+
+
+def test_edited_document_same_word_count_is_re_embedded_and_rebuilt(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    edited = {**TEXTS, "d2": TEXTS["d2"].replace("wherefore", "whenceforth")}  # same word count
+    write_corpus(project / "c.jsonl", edited)
+    code, err = run_until(capsys, project)
+    assert code == 0, err
+    assert "embed: up to date" not in err and "build: up to date" not in err
+    assert_equals_fresh(capsys, project)
+
+
+def test_edited_document_other_word_count_never_wedges_the_run(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    edited = {**TEXTS, "d1": TEXTS["d1"] + " And more words follow here."}
+    write_corpus(project / "c.jsonl", edited)
+    for m, offset in (("a", 0.0), ("b", 0.5)):
+        write_logprobs(project / f"{m}.parquet", edited, offset)
+    for force in ([], ["--force", "embed"], ["--force", "score"]):
+        code, err = run_until(capsys, project, "build", *force)
+        assert code == 0, err
+    assert_equals_fresh(capsys, project)
+
+
+def test_changed_split_settings_reach_words_and_build(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    for override in ("corpus.holdout_fraction=0.6", "seed=3"):
+        code, err = run_until(capsys, project, "build", "--set", override)
+        assert code == 0, err
+        out = project / "out"
+        documents, words = read_table(out / "documents.parquet"), read_table(out / "words")
+        split = dict(zip(documents["doc_id"].to_pylist(), documents["split"].to_pylist()))
+        assert [split[d] for d in words["doc_id"].to_pylist()] == words["split"].to_pylist()
+        index = read_table(out / "build" / "index.parquet")
+        assert [split[d] for d in index["doc_id"].to_pylist()] == index["split"].to_pylist()
+
+
+def test_rewritten_user_logprobs_are_reimported_and_rebuilt(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    write_logprobs(project / "a.parquet", TEXTS, offset=2.0)  # same path, new values
+    code, err = run_until(capsys, project)
+    assert code == 0, err
+    assert "score: up to date" not in err and "build: up to date" not in err
+    index = read_table(project / "out" / "build" / "index.parquet")
+    assert max(index["logprob__a"].to_pylist()) <= -3.0
+    assert_equals_fresh(capsys, project)
+
+
+def test_bbox_score_reimport_then_run_rebuilds(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    write_logprobs(project / "a.parquet", TEXTS, offset=2.0)
+    assert bbox(capsys, "score", "-c", str(project / "cfg.yaml"))[0] == 0
+    code, err = run_until(capsys, project)
+    assert code == 0 and "build: up to date" not in err, err
+    assert max(read_table(project / "out" / "build" / "index.parquet")["logprob__a"].to_pylist()) <= -3.0
+
+
+def test_invalid_new_user_logprobs_stop_the_later_stages(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    (project / "a.parquet").write_text("not parquet")
+    one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), "a.parquet")
+    # The previous log-probs are no longer current: build refuses them instead of exiting 0.
+    one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'score'", "bbox score")
+
+
+def test_stage_alone_refuses_inputs_out_of_date(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    write_corpus(project / "c.jsonl", {**TEXTS, "d0": "Edited."})
+    one_line_error(*bbox(capsys, "embed", "-c", str(project / "cfg.yaml")), "stage 'ingest'", "out of date", "documents.parquet")
+
+
+def test_refused_run_leaves_the_config_as_it_was(project, capsys):
+    assert run_until(capsys, project, "ingest")[0] == 0
+    before = (project / "out" / "config.yaml").read_bytes()
+    with run_lock(project / "out"):
+        one_line_error(*run_until(capsys, project, "ingest", "--set", "sae.k=8"), "in use by another bbox run")
+    assert (project / "out" / "config.yaml").read_bytes() == before
+
+
+def test_force_redoes_a_stage_and_those_after_it(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    code, err = run_until(capsys, project, "build", "--force", "embed")
+    assert code == 0
+    assert "ingest: up to date" in err and "score: up to date" in err
+    assert "embed: done" in err and "build: done" in err
+
+
+def test_stage_outputs_changed_by_hand_are_redone(project, capsys):
+    assert run_until(capsys, project)[0] == 0
+    (project / "out" / "build" / "index.parquet").unlink()
+    code, err = run_until(capsys, project)
+    assert code == 0 and "build: done" in err and "embed: up to date" in err
+    assert_equals_fresh(capsys, project)
+
+
+# ---------------------------------------------------------------- OS errors: one line naming the path
+
+
+def test_output_dir_that_is_a_file(project, capsys):
+    (project / "out").write_text("a file")
+    for command in ("run", "ingest"):
+        one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml")), f"output_dir {project / 'out'}: exists and is not a directory")
+
+
+@pytest.mark.parametrize(
+    "code_, message",
+    [(errno.EACCES, "Permission denied"), (errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")],
+)
+def test_os_errors_are_one_line_naming_the_path_and_the_run_recovers(project, capsys, monkeypatch, code_, message):
+    from bbox_sae import artifacts
+
+    real = artifacts.os.replace
+
+    def failing(src, dst):
+        if str(dst).endswith(".parquet") and "words" in str(dst):
+            raise OSError(code_, message)
+        return real(src, dst)
+
+    monkeypatch.setattr(artifacts.os, "replace", failing)
+    line = one_line_error(*run_until(capsys, project), message)
+    assert str(project / "out" / "words" / "part-00000.parquet") in line
+    assert not list((project / "out" / "words").glob(".*.tmp"))  # the temp file is cleaned up
+    monkeypatch.setattr(artifacts.os, "replace", real)  # space freed / permission given back
+    assert run_until(capsys, project)[0] == 0
+    assert_equals_fresh(capsys, project)
+
+
+def test_unwritable_output_dir_is_one_line(project, capsys):
+    # /proc refuses new entries even to root, as a read-only or foreign mount would.
+    one_line_error(*bbox(capsys, "run", "-c", str(project / "cfg.yaml"), "-o", "/proc/bbox-out"), "/proc/bbox-out")
+
+
+# ---------------------------------------------------------------- user data and --set values
+
+
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("sae.k=[1,", ["'sae.k'", "not valid YAML"]),
+        ("corpus.path=*.jsonl", ["'corpus.path'", "not valid YAML", "quote"]),
+        ("=3", ["does not name a config field"]),
+        ("sae.epochs=true", ["'sae.epochs'", "got a boolean"]),
+        ("sae.k=false", ["'sae.k'", "got a boolean"]),
+    ],
+)
+def test_bad_set_values_are_one_line(project, capsys, override, needles):
+    one_line_error(*bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), "--set", override), *needles)
+
+
+def test_boolean_fields_still_take_booleans(project):
+    cfg = load_config(project / "cfg.yaml", ["features.require_generalize=false", "label.json_mode=true"])
+    assert cfg.features.require_generalize is False and cfg.label.json_mode is True
+
+
+SET_KEYS = st.sampled_from(
+    ["sae.k", "sae.d_sae", "sae.epochs", "sae.lr", "corpus.holdout_fraction", "corpus.shard_docs", "corpus.max_docs", "seed", "build.performance", "sae", "corpus", "x", "models.0.window", "models.5", ""]
+)
+SET_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["[1,", "*.jsonl", "{a: 1", "true", "null", "1e999", "-1", "0", "0.5", "'x'", "&a", "!!python/object:os.system", "9" * 5000, "[" * 3000]),
+)
+
+
+@given(sets=st.lists(st.tuples(SET_KEYS, SET_VALUES), min_size=1, max_size=3))
+@example(sets=[("sae.k", "[1,")])
+@FUZZ
+def test_set_fuzz_is_ok_or_one_line(project, capsys, sets):
+    shutil.rmtree(project / "out", ignore_errors=True)
+    args = [a for key, value in sets for a in ("--set", f"{key}={value}")]
+    code, err = bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), *args)
+    if code != 0:
+        one_line_error(code, err)
+
+
+COLUMN_VALUES = st.one_of(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=3),
+    st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=3),
+    st.lists(st.text(max_size=4), min_size=1, max_size=3),
+    st.lists(st.none(), min_size=1, max_size=3),
+    st.lists(st.booleans(), min_size=1, max_size=3),
+)
+
+
+@given(doc_id=COLUMN_VALUES, word_idx=COLUMN_VALUES, logprob=COLUMN_VALUES, drop=st.sampled_from([None, "doc_id", "word_idx", "logprob"]))
+@example(doc_id=["d0"], word_idx=[0], logprob=["abc"], drop=None)
+@example(doc_id=["d0"], word_idx=[3.5], logprob=[-1.0], drop=None)
+@example(doc_id=["d0"], word_idx=[0], logprob=[math.inf], drop=None)
+@FUZZ
+def test_user_parquet_fuzz_is_ok_or_one_line(project, capsys, doc_id, word_idx, logprob, drop):
+    n = min(len(doc_id), len(word_idx), len(logprob))
+    columns = {"doc_id": doc_id[:n], "word_idx": word_idx[:n], "logprob": logprob[:n]}
+    if drop:
+        del columns[drop]
+    pq.write_table(pa.table(columns), project / "a.parquet")
+    code, err = bbox(capsys, "score", "-c", str(project / "cfg.yaml"))
+    if code != 0:
+        one_line_error(code, err, "a.parquet")
+
+
+@pytest.mark.parametrize(
+    "logprob, word_idx, needles",
+    [
+        (["abc"], [0], ["column 'logprob'", "cannot be read as double"]),
+        ([-1.0], [3.5], ["column 'word_idx'", "cannot be read as int32"]),
+        ([math.inf], [0], ["log-prob inf > 0", "document 'd0' word 0"]),
+        ([0.5], [0], ["log-prob 0.5 > 0"]),
+    ],
+)
+def test_uncastable_or_positive_user_logprobs(project, capsys, logprob, word_idx, needles):
+    pq.write_table(pa.table({"doc_id": ["d0"], "word_idx": word_idx, "logprob": logprob}), project / "a.parquet")
+    one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), *needles)
+
+
+def test_missing_user_parquet_is_named_as_such(project, capsys):
+    (project / "a.parquet").unlink()
+    line = one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), "log-prob file not found")
+    assert "was the stage run" not in line
+
+
+# ---------------------------------------------------------------- holdout edge cases
+
+
+def test_all_documents_in_holdout_is_one_line(project, capsys):
+    from bbox_sae.corpus import split_of
+
+    seed = next(s for s in range(1000) if all(split_of(d, 0.9, s) == "holdout" for d in TEXTS))
+    one_line_error(*run_until(capsys, project, "train", "--set", "corpus.holdout_fraction=0.9", "--set", f"seed={seed}"), "no training rows", "holdout")
+
+
+def test_no_holdout_documents_says_why_nothing_will_be_kept(project, capsys, caplog):
+    assert run_until(capsys, project, "ingest", "--set", "corpus.holdout_fraction=0")[0] == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("no holdout documents" in m and "features.require_generalize" in m for m in warnings), warnings
+    caplog.clear()
+    overrides = ["--set", "corpus.holdout_fraction=0", "--set", "features.require_generalize=false", "--force", "ingest"]
+    assert run_until(capsys, project, "ingest", *overrides)[0] == 0
+    assert not [r for r in caplog.records if "no holdout documents" in r.getMessage()]
+
+
+# ---------------------------------------------------------------- smaller promises
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"bbox-sae {__version__}"
+
+
+def test_relative_paths_resolve_against_the_working_directory(project, capsys, monkeypatch):
+    cfg = yaml.safe_load((project / "cfg.yaml").read_text())
+    cfg["corpus"]["path"] = "c.jsonl"
+    cfg["output_dir"] = "rel-out"
+    (project / "rel.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    monkeypatch.chdir(project)
+    assert bbox(capsys, "ingest", "-c", "rel.yaml")[0] == 0
+    assert (project / "rel-out" / "documents.parquet").exists()
+    elsewhere = project / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    one_line_error(*bbox(capsys, "ingest", "-c", str(project / "rel.yaml")), "c.jsonl", "not found")
+
+
+def test_documented_pyarrow_recipe_reads_a_sharded_table(project, capsys):
+    import pyarrow.dataset as pads
+
+    assert run_until(capsys, project, "ingest")[0] == 0
+    doc = (Path(__file__).parents[1] / "docs" / "artifacts.md").read_text()
+    assert 'pyarrow.dataset.dataset(path, format="parquet", exclude_invalid_files=True)' in doc
+    words = project / "out" / "words"
+    assert list(words.glob("*.json"))  # the sidecars that broke the bare call
+    table = pads.dataset(str(words), format="parquet", exclude_invalid_files=True).to_table()
+    assert table.sort_by([("doc_id", "ascending"), ("word_idx", "ascending")]).equals(
+        read_table(words).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")])
+    )
+
+
+def test_every_stage_has_a_command_and_run_runs_them_in_registry_order(project, capsys):
+    from bbox_sae.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert set(STAGE_NAMES) <= set(commands)
+    code, err = run_until(capsys, project)
+    assert code == 0
+    order = [line.split("]")[1].split(":")[0].strip() for line in err.splitlines() if line.startswith("[") and ": done" in line]
+    assert order == STAGE_NAMES[: STAGE_NAMES.index("build") + 1]
+    assert sorted(read_manifest(project / "out")["stages"]) == sorted(order)
+
+
+def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monkeypatch):
+    """A stage that fails leaves no record: its old outputs can no longer pass for current."""
+    from bbox_sae import embedding
+
+    assert run_until(capsys, project)[0] == 0
+
+    def broken(cfg):
+        raise OSError(errno.EIO, "Input/output error", str(cfg.out / "embeddings"))
+
+    monkeypatch.setattr(embedding, "run_embed", broken)
+    one_line_error(*run_until(capsys, project, "build", "--force", "embed"), "embeddings", "Input/output error")
+    assert "embed" not in read_manifest(project / "out")["stages"]
+    one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'embed'", "has not finished")
