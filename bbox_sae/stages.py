@@ -179,12 +179,12 @@ STAGES: list[Stage] = [
     ),
     Stage(
         "features",
-        "top activations, statistics, held-out validity, filtering",
+        "top activations, context rules tested on held-out text, findings",
         _features,
         inputs=("ingest", "build", "train"),
         # Negative examples are drawn here for the labeler's validation, hence the label fields.
         settings=lambda c: {**_sections(c, "features", "compare"), "negatives": [c.label.only_kept, c.label.validation_examples]},
-        outputs=lambda c: [c.out / n for n in ("features.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json")],
+        outputs=lambda c: [c.out / n for n in ("features.parquet", "findings.parquet", "rules.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json")],
     ),
     Stage(
         "label",
