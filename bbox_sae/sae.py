@@ -169,6 +169,24 @@ def calibrate_batchtopk_threshold(sae, matrix: np.ndarray, rows: np.ndarray, bat
     return float((top[keep - 1] + top[keep]) / 2)
 
 
+def short_run_warnings(sae_cfg: SAEConfig, total_steps: int, batch: int) -> list[str]:
+    """Why a run of `total_steps` steps is too short for its dead-latent statistics to mean anything.
+
+    sae-lens counts a latent as dead only after `dead_feature_window` steps without firing, and only
+    dead latents get the AuxK loss that revives them: a run shorter than twice the window spends
+    most or all of its steps with no dead latent to revive, so its dead fraction stays at whatever
+    the initialisation left.
+    """
+    window = sae_cfg.dead_feature_window
+    if total_steps >= 2 * window:
+        return []
+    return [
+        f"{total_steps} training steps < 2 x sae.dead_feature_window ({window}): latents count as dead, and AuxK starts "
+        f"reviving them, only after {window} steps without firing; train longer (sae.total_rows >= {2 * window * batch}) "
+        f"or lower sae.dead_feature_window to about {max(1, total_steps // 8)}"
+    ]
+
+
 def _trainer_class():
     from sae_lens.training.sae_trainer import SAETrainer
 
@@ -239,6 +257,9 @@ def train_sae(
     total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
     batch = min(sae_cfg.batch_size, len(train_rows))
     total_steps = max(1, total_rows // batch)
+    warnings = short_run_warnings(sae_cfg, total_steps, batch)
+    for w in warnings:
+        log.warning("%s: %s", run_dir.name, w)
     checkpoints = run_dir / "checkpoints"
     key_file = checkpoints / "key.txt"
     if resume_key is not None:
@@ -323,6 +344,9 @@ def train_sae(
             "resumed_from_step": steps_before if latest is not None else None,
             "train_rows": int(len(train_rows)),
             "rows_trained": int(trained_rows),
+            "rows_seen": int(trainer.n_training_steps * batch),
+            "epochs_seen": round(trainer.n_training_steps * batch / len(train_rows), 3),
+            "warnings": warnings,
             "seconds": round(seconds, 3),
             "rows_per_s": round(trained_rows / seconds, 1) if seconds > 0 else None,
             "batch_rows_read_max": provider.rows_read_max,
@@ -376,7 +400,7 @@ def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None,
     print(
         f"trained {run_dir.name} on {metrics['device']}: {metrics['rows_per_s']} rows/s, "
         f"holdout EV {metrics['holdout'].get('explained_variance', float('nan')):.3f}, "
-        f"L0 {metrics['holdout'].get('mean_l0', float('nan')):.1f}, dead {metrics['holdout'].get('dead_fraction', float('nan')):.2%}"
+        f"L0 {metrics['holdout'].get('mean_l0', float('nan')):.1f} (k {metrics['k']}), dead {metrics['holdout'].get('dead_fraction', float('nan')):.2%}"
     )
     return metrics
 
