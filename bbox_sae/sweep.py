@@ -33,7 +33,7 @@ def expand_sweep(path: str | Path, overrides: list[str], output_dir: str | None)
     configs = []
     for values in itertools.product(*axes.values()) if axes else [()]:
         run = {**raw, "sae": {**(raw.get("sae") or {}), **dict(zip(axes, values))}}
-        if axes and "run_name" not in (raw.get("sae") or {}):
+        if axes and (raw.get("sae") or {}).get("run_name") is None:
             run["sae"]["run_name"] = "-".join(f"{k}{v}" for k, v in zip(axes, values))
         configs.append(config_from_dict(run, source=str(path)))
     names = [c.sae.resolved_run_name() for c in configs]
