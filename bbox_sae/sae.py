@@ -365,6 +365,8 @@ def train_sae(
                     "eval/holdout_mse": metrics["holdout"].get("mse"),
                     "eval/holdout_mean_l0": metrics["holdout"].get("mean_l0"),
                     "eval/holdout_dead_fraction": metrics["holdout"].get("dead_fraction"),
+                    "eval/holdout_explained_variance_training_mode": training_mode["holdout"].get("explained_variance"),
+                    "eval/holdout_mean_l0_training_mode": training_mode["holdout"].get("mean_l0"),
                     "eval/log10_activation_frequency": wandb.Histogram(np.log10(freq + 1e-10)),
                     "perf/rows_per_s": metrics["rows_per_s"],
                 }
