@@ -123,19 +123,24 @@ def sample_mean(matrix: np.ndarray, rows: np.ndarray, seed: int, n: int = 65536)
 
 @torch.no_grad()
 def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 8192) -> dict:
-    """Explained variance, MSE, mean L0 and dead-latent fraction on the given rows."""
+    """Explained variance, MSE, mean L0 and dead-latent fraction on the given rows.
+
+    Rows go in a seeded random order: a training SAE (BatchTopK) ranks activations across its
+    batch, so its batches must mix documents the way training batches do.
+    """
     device = next(sae.parameters()).device
     if len(rows) == 0:
         return {"rows": 0}
-    mean = sample_mean(matrix, rows, seed=0)
+    mean = torch.from_numpy(sample_mean(matrix, rows, seed=0)).float().to(device)
+    order = np.random.default_rng(0).permutation(rows)
     sq_err = total_var = l0 = 0.0
     fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=device)
-    for s in range(0, len(rows), batch_size):
-        x = torch.from_numpy(np.asarray(matrix[rows[s : s + batch_size]], dtype=np.float32)).to(device)
+    for s in range(0, len(order), batch_size):
+        x = torch.from_numpy(np.asarray(matrix[np.sort(order[s : s + batch_size])], dtype=np.float32)).to(device)
         acts = sae.encode(x)
         recon = sae.decode(acts)
         sq_err += float((recon - x).pow(2).sum())
-        total_var += float((x - torch.from_numpy(mean).float().to(device)).pow(2).sum())
+        total_var += float((x - mean).pow(2).sum())
         l0 += float((acts > 0).sum())
         fired |= (acts > 0).any(0)
     n = len(rows)
@@ -146,6 +151,54 @@ def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 8192) 
         "mean_l0": l0 / n,
         "dead_fraction": float((~fired).float().mean()),
     }
+
+
+@torch.no_grad()
+def calibrate_batchtopk_threshold(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 4096) -> float:
+    """The one threshold (shared by every latent) at which the saved JumpReLU model fires k latents
+    per row on average over `rows`: between the (k*n)-th and (k*n+1)-th largest pre-activation.
+
+    sae-lens saves instead a running average (rate 0.01, started at 0) of each batch's smallest kept
+    activation; after a short run it is still far below that value, and the saved model fires 2-3x k
+    latents and reconstructs worse than the mean. Only the top k*n+1 values are held, so memory does
+    not grow with d_sae.
+    """
+    keep = int(round(sae.cfg.k * len(rows)))
+    device = next(sae.parameters()).device
+    top = torch.empty(0, device=device)
+    for s in range(0, len(rows), batch_size):
+        x = torch.from_numpy(np.asarray(matrix[rows[s : s + batch_size]], dtype=np.float32)).to(device)
+        _, hidden_pre = sae.encode_with_hidden_pre(x)
+        values = hidden_pre.flatten().double()
+        values = values[values > 0]
+        if len(top) > keep:
+            values = values[values > top[-1]]
+        top = torch.cat([top.double(), values])
+        if len(top) > keep + 1:
+            top = top.topk(keep + 1).values  # sorted, largest first
+        else:
+            top = top.sort(descending=True).values
+    if len(top) <= keep:
+        return 0.0  # fewer than k positive pre-activations per row: every one of them fires
+    return float((top[keep - 1] + top[keep]) / 2)
+
+
+def short_run_warnings(sae_cfg: SAEConfig, total_steps: int, batch: int) -> list[str]:
+    """Why a run of `total_steps` steps is too short for its dead-latent statistics to mean anything.
+
+    sae-lens counts a latent as dead only after `dead_feature_window` steps without firing, and only
+    dead latents get the AuxK loss that revives them: a run shorter than twice the window spends
+    most or all of its steps with no dead latent to revive, so its dead fraction stays at whatever
+    the initialisation left.
+    """
+    window = sae_cfg.dead_feature_window
+    if total_steps >= 2 * window:
+        return []
+    return [
+        f"{total_steps} training steps < 2 x sae.dead_feature_window ({window}): latents count as dead, and AuxK starts "
+        f"reviving them, only after {window} steps without firing; train longer (sae.total_rows >= {2 * window * batch}) "
+        f"or lower sae.dead_feature_window to about {max(1, total_steps // 8)}"
+    ]
 
 
 def _trainer_class():
@@ -223,6 +276,9 @@ def train_sae(
     total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
     batch = min(sae_cfg.batch_size, len(train_rows))
     total_steps = max(1, total_rows // batch)
+    warnings = short_run_warnings(sae_cfg, total_steps, batch)
+    for w in warnings:
+        log.warning("%s: %s", run_dir.name, w)
     checkpoints = run_dir / "checkpoints"
     key_file = checkpoints / "key.txt"
     if resume_key is not None:
@@ -291,20 +347,36 @@ def train_sae(
         trainer.fit()
         seconds = time.perf_counter() - start
         trained_rows = (trainer.n_training_steps - steps_before) * batch
+        train_sample = np.sort(np.random.default_rng(0).choice(train_rows, size=min(20000, len(train_rows)), replace=False))
+        threshold = None
+        if sae_cfg.architecture == "batchtopk":
+            threshold = {"trained": float(sae.topk_threshold), "calibrated": calibrate_batchtopk_threshold(sae, matrix, train_sample)}
+            sae.topk_threshold.fill_(threshold["calibrated"])
+        training_mode = {
+            "holdout": evaluate(sae, matrix, holdout_rows, batch_size=batch),
+            "train_sample": evaluate(sae, matrix, train_sample, batch_size=batch),
+        }
         _save_inference_model(sae, run_dir)
         inference = load_sae(run_dir, device)
         metrics = {
             "run_name": run_dir.name,
             "device": device,
+            "k": sae_cfg.k,
+            "d_sae": sae_cfg.d_sae,
             "steps": trainer.n_training_steps,
             "resumed_from_step": steps_before if latest is not None else None,
             "train_rows": int(len(train_rows)),
             "rows_trained": int(trained_rows),
+            "rows_seen": int(trainer.n_training_steps * batch),
+            "epochs_seen": round(trainer.n_training_steps * batch / len(train_rows), 3),
+            "warnings": warnings,
             "seconds": round(seconds, 3),
             "rows_per_s": round(trained_rows / seconds, 1) if seconds > 0 else None,
             "batch_rows_read_max": provider.rows_read_max,
+            "batchtopk_threshold": threshold,
             "holdout": evaluate(inference, matrix, holdout_rows),
-            "train_sample": evaluate(inference, matrix, np.sort(np.random.default_rng(0).choice(train_rows, size=min(20000, len(train_rows)), replace=False))),
+            "train_sample": evaluate(inference, matrix, train_sample),
+            "training_mode": training_mode,
         }
         if run is not None:
             import wandb
@@ -316,6 +388,8 @@ def train_sae(
                     "eval/holdout_mse": metrics["holdout"].get("mse"),
                     "eval/holdout_mean_l0": metrics["holdout"].get("mean_l0"),
                     "eval/holdout_dead_fraction": metrics["holdout"].get("dead_fraction"),
+                    "eval/holdout_explained_variance_training_mode": training_mode["holdout"].get("explained_variance"),
+                    "eval/holdout_mean_l0_training_mode": training_mode["holdout"].get("mean_l0"),
                     "eval/log10_activation_frequency": wandb.Histogram(np.log10(freq + 1e-10)),
                     "perf/rows_per_s": metrics["rows_per_s"],
                 }
@@ -351,7 +425,7 @@ def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None,
     print(
         f"trained {run_dir.name} on {metrics['device']}: {metrics['rows_per_s']} rows/s, "
         f"holdout EV {metrics['holdout'].get('explained_variance', float('nan')):.3f}, "
-        f"L0 {metrics['holdout'].get('mean_l0', float('nan')):.1f}, dead {metrics['holdout'].get('dead_fraction', float('nan')):.2%}"
+        f"L0 {metrics['holdout'].get('mean_l0', float('nan')):.1f} (k {metrics['k']}), dead {metrics['holdout'].get('dead_fraction', float('nan')):.2%}"
     )
     return metrics
 

@@ -4,6 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from bbox_sae.config import config_from_dict
@@ -64,7 +65,7 @@ def test_wandb_offline_run_has_the_logged_keys(tmp_path):
     runs = list((cfg.out / "wandb").rglob("offline-run-*"))
     assert len(runs) == 1
     blob = next(runs[0].glob("*.wandb")).read_bytes()
-    for key in (b"losses/mse_loss", b"metrics/l0", b"sparsity/dead_features", b"metrics/explained_variance", b"eval/log10_activation_frequency"):
+    for key in (b"losses/mse_loss", b"metrics/l0", b"sparsity/dead_features", b"metrics/explained_variance", b"eval/log10_activation_frequency", b"eval/holdout_mean_l0_training_mode"):
         assert key in blob
     assert not (tmp_path / "wandb").exists()
 
@@ -168,3 +169,36 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_p
         run_train(cfg)
     kept = [p for p in (run_dir_for(cfg) / "checkpoints").iterdir() if (p / ".complete").exists()]
     assert [p.name for p in kept] == [str(10 * 512)]  # step 10 only; nothing after the bad step
+
+
+def test_saved_batchtopk_model_matches_training_mode_after_100_steps(tmp_path):
+    from bbox_sae.sae import evaluate
+
+    cfg, _ = planted_run(tmp_path, n=6000, architecture="batchtopk", k=4, batch_size=256, total_rows=100 * 256, dead_feature_window=10)
+    metrics = run_train(cfg)
+    assert metrics["steps"] == 100 and metrics["rows_seen"] == 100 * 256
+    matrix = np.load(cfg.out / "build" / "matrix.npy", mmap_mode="r")
+    split = pq.read_table(cfg.out / "build" / "index.parquet")["split"].to_numpy(zero_copy_only=False)
+    holdout = np.flatnonzero(split == "holdout")
+    sae = load_sae(run_dir_for(cfg))
+    saved = evaluate(sae, matrix, holdout)
+    training = metrics["training_mode"]["holdout"]
+    assert saved["mean_l0"] == pytest.approx(4, rel=0.1)
+    assert training["mean_l0"] == pytest.approx(4, rel=0.01)
+    assert saved["explained_variance"] == pytest.approx(training["explained_variance"], abs=0.02)
+    assert saved["explained_variance"] > 0.6
+    # sae-lens's own threshold (a running average started at 0) is what the calibration replaces:
+    # after 100 steps it fires far more than k latents.
+    with torch.no_grad():
+        sae.threshold.fill_(metrics["batchtopk_threshold"]["trained"])
+    assert evaluate(sae, matrix, holdout)["mean_l0"] > 1.5 * 4
+
+
+def test_a_run_too_short_for_its_dead_window_warns(tmp_path, caplog):
+    cfg, _ = planted_run(tmp_path, n=3000, total_rows=30 * 512, dead_feature_window=100)
+    with caplog.at_level("WARNING", logger="bbox_sae.sae"):
+        metrics = run_train(cfg)
+    assert len(metrics["warnings"]) == 1 and "30 training steps < 2 x sae.dead_feature_window (100)" in metrics["warnings"][0]
+    assert "sae.total_rows >= 102400" in caplog.text
+    cfg_ok, _ = planted_run(tmp_path / "ok", n=3000, total_rows=30 * 512, dead_feature_window=15)
+    assert run_train(cfg_ok)["warnings"] == []

@@ -1,0 +1,39 @@
+import csv
+
+import yaml
+
+from bbox_sae.sweep import MAX_L0_OFF_K, run_flags, run_sweep
+from test_sae import planted_run
+
+
+def test_flags_name_poor_reconstruction_off_k_sparsity_and_short_runs():
+    good = {"holdout": {"explained_variance": 0.9, "mean_l0": 16.5}, "warnings": []}
+    assert run_flags(good, k=16) == []
+    assert run_flags({**good, "holdout": {"explained_variance": 0.49, "mean_l0": 16}}, k=16) == ["EV<0.5"]
+    assert run_flags({**good, "holdout": {"explained_variance": float("nan"), "mean_l0": 16}}, k=16) == ["EV<0.5"]
+    off = 16 * (1 + MAX_L0_OFF_K) + 0.1
+    assert run_flags({**good, "holdout": {"explained_variance": 0.9, "mean_l0": off}}, k=16) == ["L0 off k by >25%"]
+    assert run_flags({**good, "holdout": {"explained_variance": 0.9, "mean_l0": 11.9}}, k=16) == ["L0 off k by >25%"]
+    assert run_flags({**good, "warnings": ["too short"]}, k=16) == ["short run"]
+
+
+def test_sweep_writes_a_flagged_summary_a_plot_and_a_wandb_table(tmp_path, capsys):
+    cfg, _ = planted_run(tmp_path, n=3000, architecture="batchtopk")
+    path = tmp_path / "sweep.yaml"
+    raw = cfg.model_dump(mode="json")
+    raw["sae"].update({"d_sae": 128, "k": 3, "total_rows": [2 * 512, 80 * 512], "dead_feature_window": 10})
+    path.write_text(yaml.safe_dump(raw))
+    run_sweep(path, [], None)
+    with (cfg.out / "sae" / "sweep_summary.csv").open() as fh:
+        short, long = csv.DictReader(fh)
+    for r in (short, long):
+        assert abs(float(r["l0_over_k"]) - 1) < 0.1  # calibrated even after 2 steps
+    assert short["steps"] == "2" and float(short["ev_holdout"]) < 0.5
+    assert short["flags"] == "EV<0.5; short run"
+    assert long["steps"] == "80" and float(long["ev_holdout"]) > 0.5 and long["flags"] == ""
+    assert float(long["ev_holdout_training_mode"]) - float(long["ev_holdout"]) < 0.02
+    png = (cfg.out / "sae" / "sweep_summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "1 run(s) flagged (total_rows1024)" in " ".join(capsys.readouterr().out.split())
+    summary_runs = [p for p in (cfg.out / "wandb").rglob("offline-run-*") if b"sweep/summary" in next(p.glob("*.wandb")).read_bytes()]
+    assert len(summary_runs) == 1
