@@ -628,7 +628,7 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; } dt 
 #domain-stats { margin: 6px 0; } #domain-stats summary { cursor: pointer; color: #333; }
 #card-domain-table td.holds-yes { color: #080; } #card-domain-table td.holds-no { color: #b00; font-weight: 600; }
 #card-domain-table td.holds-few { color: #888; } #card-domain-table tr.filtered { background: #fff6d5; }
-#card-domain-caption { color: #666; font-size: 12px; }
+#card-domain-caption { color: #666; font-size: 12px; } tr.more-domains td { color: #666; font-style: italic; }
 """
 
 _JS = r"""
@@ -639,6 +639,7 @@ _JS = r"""
   var SVG_NS = document.getElementById("card-hist").namespaceURI;
   var state = { sortKey: null, sortDir: 1, model: "", domain: "", keptOnly: false, text: "" };
   var currentKey = null;
+  var DOMAIN_ROWS = 8;
 
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -796,7 +797,9 @@ _JS = r"""
     section.hidden = !DATA.domains.length;
     var tbody = document.querySelector("#card-domain-table tbody");
     tbody.replaceChildren();
-    f.domains.forEach(function (d) {
+    // Keep the table small: the domains with most words, plus the one filtered on.
+    var listed = f.domains.filter(function (d, i) { return i < DOMAIN_ROWS || d.domain === state.domain; });
+    listed.forEach(function (d) {
       var tr = el("tr", d.domain === state.domain ? "filtered" : "");
       tr.dataset.domain = d.domain;
       tr.dataset.holds = d.holds === null ? "" : String(d.holds);
@@ -808,6 +811,15 @@ _JS = r"""
         d.holds === null ? "too few" : d.holds ? "yes" : "no"));
       tbody.appendChild(tr);
     });
+    var rest = f.domains.filter(function (d) { return listed.indexOf(d) < 0; });
+    if (rest.length) {
+      var words = rest.reduce(function (sum, d) { return sum + d.n; }, 0);
+      var more = el("tr", "more-domains");
+      var cell = el("td", "", "… " + rest.length + " more domains (" + words + " words)");
+      cell.colSpan = 5;
+      more.appendChild(cell);
+      tbody.appendChild(more);
+    }
     var held = f.domains.filter(function (d) { return d.holds === true; }).length;
     var judged = f.domains.filter(function (d) { return d.holds !== null; }).length;
     document.getElementById("card-domain-caption").textContent = f.domains.length

@@ -27,11 +27,11 @@ DOMAIN_STATS = {
 }  # fmt: skip
 
 
-def _domain_contexts(out: Path) -> None:
-    """Latent 0's contexts rewritten with the deltas and domains above; documents.parquet to match."""
+def _domain_contexts(out: Path, train=LATENT0_TRAIN, holdout=LATENT0_HOLDOUT) -> None:
+    """Latent 0's contexts rewritten with these (domain, Δ) top words; documents.parquet to match."""
     rows = [r for r in pq.read_table(out / "contexts.parquet").to_pylist() if r["latent"] != 0]
     domain_of = {r["doc_id"]: "play" for r in rows}
-    for split, items in (("train", LATENT0_TRAIN), ("holdout", LATENT0_HOLDOUT)):
+    for split, items in (("train", train), ("holdout", holdout)):
         for rank, (domain, delta) in enumerate(items):
             doc = f"{domain}-{split}-{rank}"
             domain_of[doc] = domain
@@ -143,4 +143,23 @@ def test_domain_filter_and_card_table_in_the_browser(domain_run, browser):
     assert "1 of 2 domains with enough words" in page.text_content("#card-domain-caption")
     SCREENSHOT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.close()
+
+
+@pytest.mark.browser
+def test_card_lists_the_largest_domains_and_the_filtered_one(tmp_path, browser):
+    out = build_output_dir(tmp_path / "run")
+    works = [f"work-{k:02d}" for k in range(11)]
+    _domain_contexts(out, train=[(w, 1.0) for w in works] + [("work-00", 1.0)] * 3, holdout=[])
+    run_report(report_config(out))
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto((out / "report.html").as_uri())
+    page.wait_for_selector("#features tbody tr.feature-row")
+    page.click('#features tr.feature-row[data-latent="0"]')
+    listed = "#card-domain-table tbody tr[data-domain]"
+    assert page.eval_on_selector_all(listed, "rows => rows.map(r => r.dataset.domain)") == works[:8]
+    assert page.text_content("#card-domain-table tr.more-domains") == "… 3 more domains (3 words)"
+    page.select_option("#filter-domain", "work-10")
+    assert page.eval_on_selector_all(listed, "rows => rows.map(r => r.dataset.domain)") == works[:8] + ["work-10"]
+    assert page.text_content("#card-domain-table tr.more-domains") == "… 2 more domains (2 words)"
     page.close()
