@@ -60,6 +60,14 @@ class CorpusConfig(Section):
     holdout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
     shard_docs: int = Field(default=256, ge=1, description="documents per artifact shard")
 
+    @model_validator(mode="after")
+    def _check_hf_fields(self) -> "CorpusConfig":
+        # Only load_dataset reads them: elsewhere they would be silently ignored.
+        for name in ("hf_config", "hf_streaming"):
+            if getattr(self, name) and self.format != "hf":
+                raise ValueError(f"`{name}` is read only with `format: hf` (format is '{self.format}')")
+        return self
+
 
 class ModelConfig(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")

@@ -295,6 +295,15 @@ def test_hub_dataset_errors_are_one_line(dataset_repo, hf_cache):
     assert message == f"{dataset_repo}: field 'text': not a column (columns: ['doc', 'body', 'work'])"
 
 
+def test_hub_fields_without_format_hf_are_a_config_error(tmp_path):
+    from bbox_sae.errors import ConfigError
+
+    raw = {"output_dir": str(tmp_path), "models": [{"name": m, "source": "parquet", "path": "x"} for m in ("a", "b")]}
+    with pytest.raises(ConfigError, match=r"corpus.*`hf_streaming` is read only with `format: hf` \(format is 'auto'\)"):
+        config_from_dict({**raw, "corpus": {"path": "allenai/paloma", "hf_streaming": True}})
+    assert config_from_dict({**raw, "corpus": {"path": "allenai/paloma", "format": "hf", "hf_config": "c4_en"}}).corpus.hf_config == "c4_en"
+
+
 def test_format_hf_on_a_parquet_or_jsonl_file(tmp_path, hf_cache):
     """The issue's `format: hf` on a Parquet file ('neither a Dataset directory nor ...') now loads it."""
     parquet = write_parquet(tmp_path / "ds.parquet", ROWS)
