@@ -61,12 +61,18 @@ class Section(BaseModel):
 
 
 class CorpusConfig(Section):
-    path: str = Field(description="JSONL file, .txt file, folder of .txt files, or saved HF dataset dir / hub name")
-    format: Literal["auto", "jsonl", "txt", "hf"] = "auto"
+    path: str = Field(
+        description="JSONL (.gz/.zst), Parquet or .txt file, a folder of them, a saved HF dataset dir, or (format hf) a hub name"
+    )
+    format: Literal["auto", "jsonl", "parquet", "txt", "hf"] = Field(
+        default="auto", description="auto: told by content; in a folder an explicit format reads only its files"
+    )
     text_field: str = "text"
-    id_field: str = "id"
-    domain_field: str = "domain"
+    id_field: str = Field(default="id", description="required in JSONL; Parquet and HF rows without it are numbered")
+    domain_field: str = Field(default="domain", description="documents' domain (Paloma's source): per-domain stats")
+    hf_config: str | None = Field(default=None, description="dataset config name for load_dataset (e.g. Paloma's c4_en)")
     hf_split: str = "train"
+    hf_streaming: bool = Field(default=False, description="stream a hub dataset instead of downloading it whole")
     max_docs: int | None = Field(default=None, ge=1)
     max_words: int | None = Field(default=None, ge=1)
     chunk_words: int | None = Field(
@@ -74,6 +80,14 @@ class CorpusConfig(Section):
     )
     holdout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
     shard_docs: int = Field(default=256, ge=1, description="documents per artifact shard")
+
+    @model_validator(mode="after")
+    def _check_hf_fields(self) -> "CorpusConfig":
+        # Only load_dataset reads them: elsewhere they would be silently ignored.
+        for name in ("hf_config", "hf_streaming"):
+            if getattr(self, name) and self.format != "hf":
+                raise ValueError(f"`{name}` is read only with `format: hf` (format is '{self.format}')")
+        return self
 
 
 class ModelConfig(Section):
@@ -244,6 +258,9 @@ class LabelConfig(Section):
 class ReportConfig(Section):
     max_features: int = Field(default=500, ge=1, description="features shown in report.html")
     examples_per_feature: int = Field(default=20, ge=1)
+    domain_min_words: int = Field(
+        default=3, ge=1, description="a finding's top words in a domain below this: too few to say whether it holds there"
+    )
     markdown_features: int = Field(default=10, ge=1, description="kept features per winning model in report.md")
 
 

@@ -1,8 +1,11 @@
 """Report stage: W&B tables, a self-contained HTML feature browser and a Markdown summary.
 
 Inputs (under the output dir): `features.parquet`, `contexts.parquet` and `corpus_stats.json`
-are required; `documents.parquet` (document domains) and `sae/*/metrics.json` (SAE training
-metrics) are used when present; label columns of `features.parquet` are optional.
+are required; `documents.parquet` (document domains), `corpus_stats.json`'s `domains`
+(perplexity per domain) and `sae/*/metrics.json` (SAE training metrics) are used when present;
+label columns of `features.parquet` are optional. With domains, each feature's card tells in
+which domains its top words occur and whether its difference holds there, and the feature
+list can be filtered by domain.
 
 Corpus text and labels are untrusted: the HTML embeds them only as JSON with `<`, `>` and `&`
 escaped and renders them with `textContent`, so a document containing `</script>` shows as text.
@@ -25,6 +28,7 @@ import pyarrow.parquet as pq
 
 from bbox_sae.artifacts import atomic_write_text, read_table, require_columns, resolve_files
 from bbox_sae.config import Config
+from bbox_sae.domains import NO_DOMAIN
 from bbox_sae.errors import ArtifactError
 from bbox_sae.tracking import wandb_run
 
@@ -215,6 +219,40 @@ def feature_view(feature: dict, inputs: ReportInputs, examples: int) -> dict:
     return view
 
 
+def domain_rows(feature: dict, contexts: dict, domains: dict[str, str], min_words: int) -> list[dict]:
+    """In which domains a feature's top words occur, and whether its difference holds in each.
+
+    Over the top words of both splits (contexts that survived the percentile rule), grouped by
+    their document's domain: the count, the median Δlog p, the share of words on which the
+    feature's better model wins, and `holds`: the domain's median has the feature's sign (None
+    when the domain has fewer than `min_words` of them: too few to say). Most words first.
+    """
+    if not domains:
+        return []
+    a, b = feature["model_a"], feature["model_b"]
+    sign = np.sign(feature["median_dlogp"] or 0.0)
+    groups: dict[str, list[float]] = {}
+    for split in ("train", "holdout"):
+        for ctx in contexts.get(feature["latent"], {}).get(split, []):
+            delta = _delta(ctx, a, b) if ctx["in_top"] else None
+            if delta is not None:
+                groups.setdefault(domains.get(ctx["doc_id"], NO_DOMAIN), []).append(delta)
+    rows = []
+    for name, deltas in groups.items():
+        d = np.asarray(deltas, dtype=np.float64)
+        median = float(np.median(d))
+        rows.append(
+            {
+                "domain": name,
+                "n": len(d),
+                "median_dlogp": _num(median),
+                "wins": _num(float((np.sign(d) == sign).mean())) if sign else None,
+                "holds": bool(sign and np.sign(median) == sign) if len(d) >= min_words else None,
+            }
+        )
+    return sorted(rows, key=lambda r: (-r["n"], r["domain"]))
+
+
 # ---------------------------------------------------------------- Weights & Biases
 
 
@@ -330,7 +368,7 @@ def _header_html(cfg: Config, inputs: ReportInputs, shown: int) -> str:
         f'<span id="n-words">{_fmt(stats.get("words"), ",")}</span> words · '
         f"{len(inputs.features)} feature rows, {kept} kept, {shown} shown</p>"
         '<table id="corpus-table"><thead><tr><th>model</th><th>mean log p</th><th>perplexity</th><th>words</th></tr></thead>'
-        f"<tbody>{rows}</tbody></table>{_pair_stats_html(stats)}{_findings_html(inputs.findings)}{_sae_html(inputs.sae_runs)}"
+        f"<tbody>{rows}</tbody></table>{_pair_stats_html(stats)}{_domains_html(stats)}{_findings_html(inputs.findings)}{_sae_html(inputs.sae_runs)}"
     )
 
 
@@ -348,6 +386,38 @@ def _findings_html(findings: list[dict]) -> str:
         f'<h2>Findings ({len(findings)})</h2><table id="findings-table"><thead><tr><th>finding</th><th>better</th><th>rule</th>'
         "<th>rule F1</th><th>held-out Δlog p [95% CI]</th><th>latents</th><th>top words</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
+    )
+
+
+# More domains than this and the per-domain table starts folded, so the findings stay in view.
+DOMAINS_OPEN_MAX = 12
+
+
+def _domains_html(stats: dict) -> str:
+    """Each model's perplexity per domain (corpus_stats.json `domains`), the lowest in bold."""
+    domains = stats.get("domains") or {}
+    if not domains:
+        return ""
+    e = html.escape
+    models = list(stats.get("models", {}))
+    pairs = [f"{a} vs {b}" for a, b in stats.get("pairs", [])]
+    head = "".join(f"<th>perplexity {e(m)}</th>" for m in models) + "".join(f"<th>mean Δlog p {e(p)}</th>" for p in pairs)
+    body = []
+    for name, s in domains.items():
+        ppl = {m: _num((s.get("models", {}).get(m) or {}).get("perplexity")) for m in models}
+        best = min((v for v in ppl.values() if v is not None), default=None)
+        shown = {m: f"<b>{_fmt(v, '.2f')}</b>" if v is not None and v == best else _fmt(v, ".2f") for m, v in ppl.items()}
+        cells = "".join(f'<td class="num perplexity" data-model="{e(m)}">{text}</td>' for m, text in shown.items())
+        cells += "".join(f'<td class="num">{_fmt(_num((s.get("pair_stats", {}).get(p) or {}).get("mean_dlogp")), "+.3f")}</td>' for p in pairs)
+        body.append(
+            f'<tr data-domain="{e(name)}"><td>{e(name)}</td><td class="num">{_fmt(s.get("documents"), ",")}</td>'
+            f'<td class="num">{_fmt(s.get("words"), ",")}</td>{cells}</tr>'
+        )
+    opened = " open" if len(domains) <= DOMAINS_OPEN_MAX else ""
+    return (
+        f'<details id="domain-stats"{opened}><summary>Perplexity per domain ({len(domains)} domains, same words as above)</summary>'
+        f'<table id="domain-table"><thead><tr><th>domain</th><th>documents</th><th>words</th>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></details>"
     )
 
 
@@ -377,7 +447,11 @@ def _sae_html(sae_runs: dict[str, dict]) -> str:
 
 def build_html(cfg: Config, inputs: ReportInputs) -> tuple[str, int]:
     shown = display_order(inputs.features)[: cfg.report.max_features]
-    data = {"models": inputs.models, "features": [feature_view(f, inputs, cfg.report.examples_per_feature) for f in shown]}
+    views = [feature_view(f, inputs, cfg.report.examples_per_feature) for f in shown]
+    for view in views:
+        view["domains"] = domain_rows(view, inputs.contexts, inputs.domains, cfg.report.domain_min_words)
+    domains = sorted(set(inputs.stats.get("domains") or {}) | {d["domain"] for v in views for d in v["domains"]})
+    data = {"models": inputs.models, "domains": domains, "features": views}
     page = (
         _PAGE.replace("__TITLE__", html.escape(f"BehaviorBox report: {cfg.out.name}"))
         .replace("__CSS__", _CSS)
@@ -436,6 +510,25 @@ def _md_findings(findings: list[dict]) -> list[str]:
     return lines
 
 
+def _md_domains(stats: dict) -> list[str]:
+    domains = stats.get("domains") or {}
+    if not domains:
+        return []
+    models = list(stats.get("models", {}))
+    pairs = [f"{a} vs {b}" for a, b in stats.get("pairs", [])]
+    lines = [
+        "## Per domain",
+        "",
+        "| domain | documents | words | " + " | ".join([*(f"perplexity {_md(m)}" for m in models), *(f"mean Δlog p {_md(p)}" for p in pairs)]) + " |",
+        "|---|---:|---:|" + "---:|" * (len(models) + len(pairs)),
+    ]
+    for name, s in domains.items():
+        ppl = [_fmt(_num((s.get("models", {}).get(m) or {}).get("perplexity")), ".2f") for m in models]
+        delta = [_fmt(_num((s.get("pair_stats", {}).get(p) or {}).get("mean_dlogp")), "+.3f") for p in pairs]
+        lines.append(f"| {_md(name)} | {_fmt(s.get('documents'), ',')} | {_fmt(s.get('words'), ',')} | " + " | ".join(ppl + delta) + " |")
+    return lines + [""]
+
+
 def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
     stats = inputs.stats
     lines = [
@@ -453,6 +546,7 @@ def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
         ),
         "",
     ]
+    lines += _md_domains(stats)
     pairs = stats.get("pairs") or sorted({(f["model_a"], f["model_b"]) for f in inputs.features})
     lines += _md_findings(inputs.findings)
     for a, b in pairs:
@@ -499,6 +593,7 @@ _PAGE = """<!DOCTYPE html>
 <section id="browser">
 <div id="controls">
 <label>Better model <select id="filter-model"><option value="">all models</option></select></label>
+<label id="filter-domain-label" hidden>Domain <select id="filter-domain"><option value="">all domains</option></select></label>
 <label><input type="checkbox" id="filter-kept"> kept only</label>
 <label>Search <input type="search" id="filter-text" placeholder="label or top words"></label>
 <span id="row-count"></span>
@@ -513,6 +608,11 @@ _PAGE = """<!DOCTYPE html>
 <dl id="card-stats"></dl>
 <figure><svg id="card-hist" viewBox="0 0 360 140" role="img" aria-label="histogram of delta log p over the top words"></svg>
 <figcaption id="card-hist-caption"></figcaption></figure>
+<section id="card-domains" hidden>
+<h3>Per domain</h3>
+<table id="card-domain-table"><thead><tr><th>domain</th><th>top words</th><th>median Δlog p</th><th>better model wins</th><th>holds</th></tr></thead><tbody></tbody></table>
+<p id="card-domain-caption"></p>
+</section>
 <h3>Train contexts</h3>
 <ol id="card-train" class="contexts"></ol>
 <h3>Holdout contexts</h3>
@@ -550,6 +650,10 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; } dt 
 .ctx-meta { color: #555; font-size: 12px; margin: 0; } .ctx-meta span { margin-right: 10px; }
 .not-top { opacity: 0.6; } .bar-pos { fill: #2b6cb0; } .bar-neg { fill: #c05621; } .zero { stroke: #333; stroke-dasharray: 3 2; }
 .axis { font-size: 10px; fill: #555; }
+#domain-stats { margin: 6px 0; } #domain-stats summary { cursor: pointer; color: #333; }
+#card-domain-table td.holds-yes { color: #080; } #card-domain-table td.holds-no { color: #b00; font-weight: 600; }
+#card-domain-table td.holds-few { color: #888; } #card-domain-table tr.filtered { background: #fff6d5; }
+#card-domain-caption { color: #666; font-size: 12px; } tr.more-domains td { color: #666; font-style: italic; }
 """
 
 _JS = r"""
@@ -558,8 +662,9 @@ _JS = r"""
   var DATA = JSON.parse(document.getElementById("report-data").textContent);
   var FEATURES = DATA.features;
   var SVG_NS = document.getElementById("card-hist").namespaceURI;
-  var state = { sortKey: null, sortDir: 1, model: "", keptOnly: false, text: "" };
+  var state = { sortKey: null, sortDir: 1, model: "", domain: "", keptOnly: false, text: "" };
   var currentKey = null;
+  var DOMAIN_ROWS = 8;
 
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -605,6 +710,7 @@ _JS = r"""
   function visible(f) {
     if (state.model && f.better_model !== state.model) return false;
     if (state.keptOnly && !f.kept) return false;
+    if (state.domain && !f.domains.some(function (d) { return d.domain === state.domain; })) return false;
     if (!state.text) return true;
     var hay = ((f.label || "") + " " + (f.top_words || "") + " " + f.latent).toLowerCase();
     return hay.indexOf(state.text) >= 0;
@@ -711,6 +817,41 @@ _JS = r"""
     caption.textContent = "Δlog p = log p(" + f.model_a + ") − log p(" + f.model_b + ") over the top words; right of 0: " + f.model_a + " better.";
   }
 
+  function renderDomains(f) {
+    var section = document.getElementById("card-domains");
+    section.hidden = !DATA.domains.length;
+    var tbody = document.querySelector("#card-domain-table tbody");
+    tbody.replaceChildren();
+    // Keep the table small: the domains with most words, plus the one filtered on.
+    var listed = f.domains.filter(function (d, i) { return i < DOMAIN_ROWS || d.domain === state.domain; });
+    listed.forEach(function (d) {
+      var tr = el("tr", d.domain === state.domain ? "filtered" : "");
+      tr.dataset.domain = d.domain;
+      tr.dataset.holds = d.holds === null ? "" : String(d.holds);
+      tr.appendChild(el("td", "", d.domain));
+      tr.appendChild(el("td", "num", d.n));
+      tr.appendChild(el("td", "num", signed(d.median_dlogp, 2)));
+      tr.appendChild(el("td", "num", d.wins === null ? "–" : Math.round(d.wins * 100) + "%"));
+      tr.appendChild(el("td", d.holds === null ? "holds-few" : d.holds ? "holds-yes" : "holds-no",
+        d.holds === null ? "too few" : d.holds ? "yes" : "no"));
+      tbody.appendChild(tr);
+    });
+    var rest = f.domains.filter(function (d) { return listed.indexOf(d) < 0; });
+    if (rest.length) {
+      var words = rest.reduce(function (sum, d) { return sum + d.n; }, 0);
+      var more = el("tr", "more-domains");
+      var cell = el("td", "", "… " + rest.length + " more domains (" + words + " words)");
+      cell.colSpan = 5;
+      more.appendChild(cell);
+      tbody.appendChild(more);
+    }
+    var held = f.domains.filter(function (d) { return d.holds === true; }).length;
+    var judged = f.domains.filter(function (d) { return d.holds !== null; }).length;
+    document.getElementById("card-domain-caption").textContent = f.domains.length
+      ? "Top words of both splits by document domain; holds: the domain's median Δ has the sign of the whole (" + held + " of " + judged + " domains with enough words)."
+      : "No top words with both models' log-probs.";
+  }
+
   function probSpan(model, lp) {
     var span = el("span", "prob");
     span.dataset.model = model;
@@ -758,6 +899,7 @@ _JS = r"""
     document.getElementById("card-label-score").textContent = f.label_score === null || f.label_score === undefined ? "" : "detection score " + f.label_score.toFixed(2);
     renderStats(f);
     renderHistogram(f);
+    renderDomains(f);
     renderContexts("card-train", f, f.contexts.train);
     renderContexts("card-holdout", f, f.contexts.holdout);
     card.hidden = false;
@@ -771,6 +913,14 @@ _JS = r"""
     var select = document.getElementById("filter-model");
     DATA.models.forEach(function (m) { var o = el("option", "", m); o.value = m; select.appendChild(o); });
     select.addEventListener("change", function () { state.model = select.value; renderRows(); });
+    var domain = document.getElementById("filter-domain");
+    DATA.domains.forEach(function (d) { var o = el("option", "", d); o.value = d; domain.appendChild(o); });
+    document.getElementById("filter-domain-label").hidden = !DATA.domains.length;
+    domain.addEventListener("change", function () {
+      state.domain = domain.value;
+      renderRows();
+      FEATURES.forEach(function (f) { if (f.key === currentKey) renderDomains(f); });
+    });
     var kept = document.getElementById("filter-kept");
     kept.addEventListener("change", function () { state.keptOnly = kept.checked; renderRows(); });
     var text = document.getElementById("filter-text");
