@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, resolve_files
 from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.dataset import open_matrix
+from bbox_sae.domains import domain_stats
 from bbox_sae.findings import LatentRule, RuleCandidate, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms
 from bbox_sae.rules import RuleFit, WordAttributes, describe_rules, fit_rule, fit_rules, normalize_form, rules_to_json, word_attributes
 from bbox_sae.stats import StreamingTopN, bh_qvalues, coherence, delta_stats, generalizes, percentile_rule
@@ -667,8 +668,9 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     labeled = {r["latent"] for r in feats if r["kept"] or not cfg.label.only_kept}
     examples.extend(_negative_examples(cfg, encode, matrix, top, labeled, rows_by_split["holdout"], words_of_row))
     contexts = contexts_table(cfg, examples, index, models)
-    n_docs = read_table(cfg.out / "documents.parquet", columns=["doc_id"]).num_rows
-    stats = corpus_stats(index, models, pairs, n_docs)
+    documents = read_table(cfg.out / "documents.parquet", columns=["doc_id", "domain"])
+    stats = corpus_stats(index, models, pairs, documents.num_rows)
+    stats["domains"] = domain_stats(index, documents, models, pairs)
     dest = features_dir(cfg, baseline)
     # features.parquet is the table later stages start from: withdraw the old one before writing
     # the new companions and write it last, so a run killed in between never pairs an old
