@@ -146,7 +146,10 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True)
 
 
 def _model_key(model_cfg: ModelConfig) -> str:
-    fields = {"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "head", "refine_top", "served_model", "prompt_logprobs"}
+    fields = {"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
+    if (model_cfg.head, model_cfg.refine_top) != ("auto", 32):
+        # Only when set: the shards of runs from before these fields existed keep their keys.
+        fields |= {"head", "refine_top"}
     if model_cfg.source == "endpoint":
         # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
         fields.add("tokenizer")
