@@ -4,7 +4,7 @@
 #   bash scripts/score_with_vllm.sh CONFIG [--shard i/n]
 #
 # CONFIG comes from scripts/endpoint_config.py: model i's replica r is served on port
-# 8000 + 100*i + r, replica r on GPU r (give --replicas = the GPUs of this machine or job).
+# 8000 + 100*i + r, on the r-th visible GPU (give --replicas = the GPUs of this machine or job).
 # For each model: start its replicas, wait until they answer /health, `bbox score --model NAME`
 # (with --shard when given), stop them. One model at a time, so a 13B model gets a GPU's memory
 # to itself. Finished shards are never redone, so a preempted job is simply resubmitted.
@@ -44,11 +44,16 @@ PYEOF
 for line in "${MODELS[@]}"; do
   read -r name served window ports <<<"$line"
   IFS=, read -ra port_list <<<"$ports"
+  # Replica r takes the r-th GPU this job may use (Slurm sets CUDA_VISIBLE_DEVICES to its allocation).
+  IFS=, read -ra gpus <<<"${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((${#port_list[@]} - 1)))}"
+  if [ "${#gpus[@]}" -lt "${#port_list[@]}" ]; then
+    echo "model $name has ${#port_list[@]} replicas but only ${#gpus[@]} GPU(s) are visible" >&2; exit 1
+  fi
   for r in "${!port_list[@]}"; do
     port=${port_list[$r]}
     # Prefix caching off: vLLM computes no prompt log-probs for cached prefix tokens.
     # shellcheck disable=SC2086
-    CUDA_VISIBLE_DEVICES=$r "$VLLM" serve "$served" --port "$port" --host 127.0.0.1 --dtype bfloat16 \
+    CUDA_VISIBLE_DEVICES=${gpus[$r]} "$VLLM" serve "$served" --port "$port" --host 127.0.0.1 --dtype bfloat16 \
       --max-model-len "$window" --no-enable-prefix-caching ${VLLM_ARGS:-} >"$LOGS/$name-$port.log" 2>&1 &
     pids+=($!)
   done
