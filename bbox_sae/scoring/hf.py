@@ -1,4 +1,13 @@
-"""Local Hugging Face scorer: batched, padded, sliding windows, chunked log-softmax."""
+"""Local Hugging Face scorer: batched, padded, sliding windows, chunked log-softmax.
+
+Precision (`dtype` for the decoder body, `head` for the output layer and its log-softmax):
+- head "model": the output layer runs in the body's dtype; logits are upcast for the log-softmax.
+- head "float32": the output layer runs in fp32 on the upcast hidden states (fp32 weights kept).
+- head "refined": the output layer runs in the body's dtype over the whole vocabulary, then the
+  `refine_top` largest logits and the target's are recomputed in fp32, so the terms that decide
+  the log-softmax are exact; the rest of the vocabulary only adds rounding-sized tails: as
+  accurate as "float32" with the head's matmul in bf16 (numbers: benchmarks/bench_precision.py).
+"""
 
 from __future__ import annotations
 
@@ -37,6 +46,9 @@ def tokenize_with_offsets(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]
     return ids, offsets
 
 
+HEADS = ("model", "float32", "refined")
+
+
 @dataclass
 class _Job:
     doc: int
@@ -56,6 +68,9 @@ class HFScorer:
         stride: int = 512,
         batch_size: int = 8,
         logprob_chunk: int = 256,
+        dtype: torch.dtype | None = None,
+        head: str = "model",
+        refine_top: int = 32,
         show_progress: bool = False,
     ):
         self.name = name
@@ -74,7 +89,21 @@ class HFScorer:
         self._body = model.base_model
         self._head = model.get_output_embeddings()
         self._softcap = getattr(model.config, "final_logit_softcapping", None)
+        if head not in HEADS:
+            raise ConfigError(f"model '{name}': head '{head}' is not one of {HEADS}")
+        self.head = head
+        self.refine_top = refine_top
+        self._head_weight = None
+        if head != "model":
+            if getattr(self._head, "bias", None) is not None:
+                raise ConfigError(f"model '{name}': head '{head}' needs an output layer without bias; use head: model")
+            # Keeps the loaded (fp32) tensor: converting the model below gives it new storage.
+            self._head_weight = self._head.weight.detach().float()
+        # The head check compares our path with the model's own logits, so it runs before any
+        # conversion, in the precision the model was loaded in.
         self._check_head()
+        if dtype is not None and dtype != next(model.parameters()).dtype:
+            model.to(dtype)
 
     def _check_head(self) -> None:
         """Our decoder-body + chunked-head path must equal the model's own logits."""
@@ -86,14 +115,27 @@ class HFScorer:
             raise ScoringError(f"model '{self.name}': chunked log-softmax disagrees with the model's logits "
                                f"(max diff {float((full - ours).abs().max()):.3g}); unsupported output head")
 
+    def _cap(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(logits / self._softcap) * self._softcap if self._softcap else logits
+
+    def _chunk_logits(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """fp32 logits (before any softcap) of one chunk of positions over the whole vocabulary."""
+        if self.head == "float32":
+            return torch.nn.functional.linear(hidden.float(), self._head_weight)
+        logits = self._head(hidden).float()
+        if self.head == "refined":
+            exact = hidden.float()
+            rows = torch.cat([logits.topk(min(self.refine_top, logits.shape[1]), dim=-1).indices, targets[:, None]], dim=1)
+            logits.scatter_(1, rows, torch.einsum("nd,nkd->nk", exact, self._head_weight[rows]))
+        return logits
+
     def _target_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
         for s in range(0, len(targets), self.logprob_chunk):
-            logits = self._head(hidden[s : s + self.logprob_chunk]).float()
-            if self._softcap:
-                logits = torch.tanh(logits / self._softcap) * self._softcap
+            chunk_targets = targets[s : s + self.logprob_chunk]
+            logits = self._cap(self._chunk_logits(hidden[s : s + self.logprob_chunk], chunk_targets))
             lse = torch.logsumexp(logits, dim=-1)
-            out[s : s + self.logprob_chunk] = logits.gather(1, targets[s : s + self.logprob_chunk, None])[:, 0] - lse
+            out[s : s + self.logprob_chunk] = logits.gather(1, chunk_targets[:, None])[:, 0] - lse
         return out
 
     def _run_batch(self, jobs: list[_Job]) -> list[np.ndarray]:

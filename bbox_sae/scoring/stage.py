@@ -116,12 +116,17 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True)
         from bbox_sae.scoring.endpoint import EndpointScorer
 
         return EndpointScorer.from_config(model_cfg, cfg)
-    from bbox_sae.models import causal_lm_location, load_causal_lm, resolve_device, resolve_dtype
+    import torch
+
+    from bbox_sae.models import causal_lm_location, load_causal_lm, resolve_device, resolve_dtype, resolve_head
     from bbox_sae.scoring.hf import HFScorer
 
     device = resolve_device(model_cfg.device)
     location = causal_lm_location(model_cfg.source, model_cfg.path, model_cfg.package, model_cfg.file, cfg.cache)
-    model, tokenizer = load_causal_lm(location, device, resolve_dtype(model_cfg.dtype, device))
+    dtype = resolve_dtype(model_cfg.dtype, device)
+    head = resolve_head(model_cfg.head, device, dtype)
+    # An fp32 head needs the fp32 weights: the scorer keeps them, then converts the body to `dtype`.
+    model, tokenizer = load_causal_lm(location, device, dtype if head == "model" else torch.float32)
     return HFScorer(
         model_cfg.name,
         model,
@@ -131,11 +136,17 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True)
         stride=model_cfg.stride,
         batch_size=model_cfg.batch_size,
         logprob_chunk=model_cfg.logprob_chunk,
+        dtype=dtype,
+        head=head,
+        refine_top=model_cfg.refine_top,
     )
 
 
 def model_key(model_cfg: ModelConfig) -> str:
     fields = {"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
+    if (model_cfg.head, model_cfg.refine_top) != ("auto", 32):
+        # Only when set: the shards of runs from before these fields existed keep their keys.
+        fields |= {"head", "refine_top"}
     if model_cfg.source == "endpoint":
         # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
         fields.add("tokenizer")
