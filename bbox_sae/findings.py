@@ -154,7 +154,7 @@ def specialize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_sco
     options = []
     n = len(covered)
     if rule.left_kind is None:
-        for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls)):
+        for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls), ("form2", attrs.left2_form)):
             options += [(kind, attrs.vocab[v]) for v, c in Counter(col[covered].tolist()).items() if c >= min_share * n]
         options += [("layout", name) for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)) if col[covered].sum() >= min_share * n]
         candidates = [Rule(rule.word_kind, rule.word_value, k, v) for k, v in options]

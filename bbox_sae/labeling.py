@@ -602,7 +602,7 @@ def rule_matches(rule: HeuristicRule, ctx: Context) -> bool:
 def context_matches(rule: Rule, ctx: Context) -> bool:
     """Whether a context rule holds for a shown context (its word and the words to its left)."""
     left = split_words(ctx.left)
-    attrs = word_attributes([[*left[-1:], ctx.word]])
+    attrs = word_attributes([[*left[-2:], ctx.word]])
     return bool(rule.mask(attrs)[-1])
 
 

@@ -102,6 +102,7 @@ class WordAttributes:
     cls: np.ndarray
     left_form: np.ndarray
     left_cls: np.ndarray
+    left2_form: np.ndarray  # the form two words back ("if" for "were" in "if you were")
     line_start: np.ndarray  # bool
     after_blank: np.ndarray  # bool
     vocab: list[str]
@@ -110,7 +111,7 @@ class WordAttributes:
         """The attributes of the words at `positions` (e.g. the words behind a matrix's rows)."""
         return WordAttributes(
             self.form[positions], self.cls[positions], self.left_form[positions], self.left_cls[positions],
-            self.line_start[positions], self.after_blank[positions], self.vocab,
+            self.left2_form[positions], self.line_start[positions], self.after_blank[positions], self.vocab,
         )
 
 
@@ -121,26 +122,28 @@ def word_attributes(docs: list[list[str]]) -> WordAttributes:
     def code(s: str) -> int:
         return ids.setdefault(s, len(ids))
 
-    form, cls, left_form, left_cls, line_start, after_blank = [], [], [], [], [], []
+    form, cls, left_form, left_cls, left2_form, line_start, after_blank = [], [], [], [], [], [], []
     for words in docs:
-        prev = None
+        prev = prev2 = None
         for w in words:
             form.append(code("f:" + normalize_form(w)))
             cls.append(code("c:" + word_class(w)))
             left_form.append(code("f:" + (normalize_form(prev) if prev is not None else "")))
             left_cls.append(code("c:" + left_class(prev)))
+            left2_form.append(code("f:" + (normalize_form(prev2) if prev2 is not None else "")))
             line_start.append(prev is None or "\n" in prev)
             after_blank.append(prev is None or prev.count("\n") > 1)
-            prev = w
+            prev2, prev = prev, w
     vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
     arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
-    return WordAttributes(arr(form), arr(cls), arr(left_form), arr(left_cls), np.asarray(line_start), np.asarray(after_blank), vocab)
+    return WordAttributes(arr(form), arr(cls), arr(left_form), arr(left_cls), arr(left2_form), np.asarray(line_start), np.asarray(after_blank), vocab)
 
 
 @dataclass(frozen=True)
 class Rule:
     """A condition on the word (`word_kind` 'form' or 'class') and/or on its left context
-    (`left_kind` 'form', 'class' or 'layout'); values are vocab strings or layout names."""
+    (`left_kind` 'form', 'class', 'form2' (two words back) or 'layout'); values are vocab strings
+    or layout names."""
 
     word_kind: str | None = None
     word_value: str | None = None
@@ -158,7 +161,7 @@ class Rule:
         if self.left_kind == "layout":
             m &= take(attrs.line_start if self.left_value == "line_start" else attrs.after_blank)
         elif self.left_kind:
-            col = attrs.left_form if self.left_kind == "form" else attrs.left_cls
+            col = {"form": attrs.left_form, "class": attrs.left_cls, "form2": attrs.left2_form}[self.left_kind]
             m &= take(col) == code.get(self.left_value, -1)
         return m
 
@@ -168,6 +171,8 @@ class Rule:
             return subject
         if self.left_kind == "layout":
             return f"{subject} {LAYOUT_PHRASES[self.left_value]}"
+        if self.left_kind == "form2":
+            return f"{subject} two words after {_phrase('form', self.left_value)}"
         return f"{subject} right after {_phrase(self.left_kind, self.left_value)}"
 
     def as_dict(self) -> dict:
@@ -204,7 +209,7 @@ def _candidates(attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -
         for value, count in Counter(col[top_rows].tolist()).items():
             if count >= min_share * n:
                 word_parts.append((kind, attrs.vocab[value]))
-    for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls)):
+    for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls), ("form2", attrs.left2_form)):
         for value, count in Counter(col[top_rows].tolist()).items():
             if count >= min_share * n:
                 left_parts.append((kind, attrs.vocab[value]))

@@ -41,11 +41,14 @@ def rescore(setup: str, variant: str) -> dict:
     row = json.loads(path.read_text())
     out = REPO / "runs" / "exp" / setup / variant
     runs = [out, *sorted(out.glob("null-seed*")), *sorted(out.glob("seed[0-9]*"))]
+    # The variant's own settings win over the saved config, whose defaults may have changed since.
+    settings = [o for o in row["overrides"] if not o.startswith("models.")]
     for run in runs:
-        cfg = load_config(run / "config.yaml") if (run / "config.yaml").exists() else load_config(out / "config.yaml", output_dir=str(run))
+        saved = run / "config.yaml" if (run / "config.yaml").exists() else out / "config.yaml"
+        cfg = load_config(saved, settings, output_dir=str(run))
         run_features(cfg)
         run_label(cfg)
-    cfg = load_config(out / "config.yaml")
+    cfg = load_config(out / "config.yaml", settings)
     _, rules = SETUPS[setup]
     if rules:
         rule_list, _, _ = load_rules(REPO / rules)

@@ -183,25 +183,33 @@ def planted_run(tmp_path_factory, tiny_encoder):
 
 def test_planted_difference_is_found_with_b_worse(planted_run):
     cfg, planted, words = planted_run
-    features = read_table(cfg.out / "features.parquet")
-    kept = features.filter(pc.field("kept")).to_pylist()
-    assert kept, "the planted class must come out as a kept feature"
-    top = read_table(cfg.out / "top_activations.parquet").filter(pc.field("split") == "train")
+    findings = read_table(cfg.out / "findings.parquet").to_pylist()
+    assert findings, "the planted class must come out as a finding"
     index = read_table(cfg.out / "build" / "index.parquet")
     planted_by_key = dict(zip(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()), planted))
-    for f in kept:
-        assert f["better_model"] == "A" and f["median_dlogp"] == pytest.approx(3.0, abs=0.01)
-        rows = top.filter(pc.field("latent") == f["latent"])
-        keys = list(zip(rows["doc_id"].to_pylist(), rows["word_idx"].to_pylist()))
-        share = np.mean([planted_by_key[k] for k in keys[: f["n_top"]]])
-        assert share >= 0.8, f"kept latent {f['latent']} is only {share:.0%} planted words"
-        assert f["q_value"] < 0.05 and f["generalizes"] and f["ci_high"] >= 3.0 - 1e-6
+    planted_rows = np.array([planted_by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
+    from bbox_sae.evaluation import _row_attributes
+    from bbox_sae.rules import any_mask, rules_from_json
+
+    attrs = _row_attributes(cfg)
+    holdout = index["split"].to_numpy(zero_copy_only=False) == "holdout"
+    for f in findings:
+        # Tested on every holdout word its rule matches: those words are the planted ones, A wins by 3.
+        words_of = any_mask(rules_from_json(f["rule_json"]), attrs) & holdout
+        assert planted_rows[words_of].mean() >= 0.8, f"finding {f['rule']} is only {planted_rows[words_of].mean():.0%} planted words"
+        assert f["better_model"] == "A" and f["holdout_median_dlogp"] == pytest.approx(3.0, abs=0.01)
+        assert f["holdout_p_value"] < 1e-3 and f["holdout_ci_low"] > 2.0 and "were" in f["rule"]
+    features = read_table(cfg.out / "features.parquet")
+    kept = features.filter(pc.field("kept")).to_pylist()
+    assert kept and all(f["finding"] is not None and "were" in f["rule"] for f in kept)
     contexts = read_table(cfg.out / "contexts.parquet")
     assert set(contexts["split"].to_pylist()) >= {"train", "holdout", "negative"}
     assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
     stats = json.loads((cfg.out / "corpus_stats.json").read_text())
     assert stats["models"]["A"]["mean_logprob"] > stats["models"]["B"]["mean_logprob"]
     assert index.num_rows == stats["words"]
+    tested = read_table(cfg.out / "rules.parquet")
+    assert tested.num_rows >= len(findings) and sum(tested["passed"].to_pylist()) >= len(findings)
 
 
 def test_identical_models_keep_nothing(tmp_path, tiny_encoder):

@@ -66,6 +66,9 @@ def test_rule_labels_match_contexts_like_the_miner():
     rule = Rule("form", "f:not", "class", "c:auxiliary")
     assert context_matches(rule, Context("I do", " not", " know"))
     assert not context_matches(rule, Context("Not now;", " not", " here"))
+    two_back = Rule("form", "f:were", "form2", "f:if")
+    assert two_back.describe() == "'were' two words after 'if'"
+    assert context_matches(two_back, Context("If you", " were", " here")) and not context_matches(two_back, Context("They", " were", " here"))
     layout = Rule("class", "c:allcaps", "layout", "after_blank")
     assert context_matches(layout, Context("not so?\n\n", "ROMEO", "."))
     assert not context_matches(layout, Context("said", " ROMEO", "."))
