@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bbox_sae.config import config_from_dict, load_config, load_raw
-from bbox_sae.scoring.stage import _model_key
+from bbox_sae.scoring.stage import model_key
 
 REPO = Path(__file__).resolve().parents[1]
 HUB = {
@@ -68,4 +68,4 @@ def test_endpoint_config_serves_each_hub_model_on_its_own_ports(path):
         assert (b.window, b.stride, b.start_token) == (a.window, a.stride, a.start_token)
     # Workers with more or fewer replicas must share their finished shards.
     fewer = config_from_dict(_endpoint_config().endpoint_models(load_raw(path), base_port=9000, replicas=1, concurrency=2))
-    assert [_model_key(m) for m in fewer.models] == [_model_key(m) for m in remote.models]
+    assert [model_key(m) for m in fewer.models] == [model_key(m) for m in remote.models]

@@ -134,7 +134,7 @@ def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
 def test_precision_is_resolved_per_device_and_part_of_the_cache_key():
     from bbox_sae.config import ModelConfig
     from bbox_sae.models import resolve_dtype, resolve_head
-    from bbox_sae.scoring.stage import _model_key
+    from bbox_sae.scoring.stage import model_key
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_dtype("auto", cuda) == torch.bfloat16 and resolve_head("auto", cuda, torch.bfloat16) == "model"
@@ -142,5 +142,5 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key():
     assert resolve_head("auto", cpu, torch.bfloat16) == "refined" and resolve_head("auto", cpu, torch.float32) == "model"
     assert resolve_dtype("float32", cpu) == torch.float32 and resolve_head("float32", cuda, torch.bfloat16) == "float32"
     base = ModelConfig(name="m", path="x")
-    keys = {_model_key(base.model_copy(update=u)) for u in ({}, {"head": "float32"}, {"head": "refined", "refine_top": 8}, {"dtype": "float32"})}
+    keys = {model_key(base.model_copy(update=u)) for u in ({}, {"head": "float32"}, {"head": "refined", "refine_top": 8}, {"dtype": "float32"})}
     assert len(keys) == 4  # scores of another precision are never taken for these
