@@ -76,7 +76,7 @@ def bbox(capsys, *args) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def one_line_error(code: int, err: str, *needles: str) -> str:
+def assert_one_line_error(code: int, err: str, *needles: str) -> str:
     """Exit 2, and the error is one line, the last (`bbox run` prints its progress lines before it)."""
     lines = err.strip().splitlines()
     assert code == 2, (code, err)
@@ -165,22 +165,22 @@ def test_bbox_score_reimport_then_run_rebuilds(project, capsys):
 def test_invalid_new_user_logprobs_stop_the_later_stages(project, capsys):
     assert run_until(capsys, project)[0] == 0
     (project / "a.parquet").write_text("not parquet")
-    one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), "a.parquet")
+    assert_one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), "a.parquet")
     # The previous log-probs are no longer current: build refuses them instead of exiting 0.
-    one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'score'", "bbox score")
+    assert_one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'score'", "bbox score")
 
 
 def test_stage_alone_refuses_inputs_out_of_date(project, capsys):
     assert run_until(capsys, project)[0] == 0
     write_corpus(project / "c.jsonl", {**TEXTS, "d0": "Edited."})
-    one_line_error(*bbox(capsys, "embed", "-c", str(project / "cfg.yaml")), "stage 'ingest'", "out of date", "documents.parquet")
+    assert_one_line_error(*bbox(capsys, "embed", "-c", str(project / "cfg.yaml")), "stage 'ingest'", "out of date", "documents.parquet")
 
 
 def test_refused_run_leaves_the_config_as_it_was(project, capsys):
     assert run_until(capsys, project, "ingest")[0] == 0
     before = (project / "out" / "config.yaml").read_bytes()
     with run_lock(project / "out"):
-        one_line_error(*run_until(capsys, project, "ingest", "--set", "sae.k=8"), "in use by another bbox run")
+        assert_one_line_error(*run_until(capsys, project, "ingest", "--set", "sae.k=8"), "in use by another bbox run")
     assert (project / "out" / "config.yaml").read_bytes() == before
 
 
@@ -206,7 +206,7 @@ def test_stage_outputs_changed_by_hand_are_redone(project, capsys):
 def test_output_dir_that_is_a_file(project, capsys):
     (project / "out").write_text("a file")
     for command in ("run", "ingest"):
-        one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml")), f"output_dir {project / 'out'}: exists and is not a directory")
+        assert_one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml")), f"output_dir {project / 'out'}: exists and is not a directory")
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_os_errors_are_one_line_naming_the_path_and_the_run_recovers(project, ca
         return real(src, dst)
 
     monkeypatch.setattr(artifacts.os, "replace", failing)
-    line = one_line_error(*run_until(capsys, project), message)
+    line = assert_one_line_error(*run_until(capsys, project), message)
     assert str(project / "out" / "words" / "part-00000.parquet") in line
     assert not list((project / "out" / "words").glob(".*.tmp"))  # the temp file is cleaned up
     monkeypatch.setattr(artifacts.os, "replace", real)  # space freed / permission given back
@@ -234,7 +234,7 @@ def test_os_errors_are_one_line_naming_the_path_and_the_run_recovers(project, ca
 
 def test_unwritable_output_dir_is_one_line(project, capsys):
     # /proc refuses new entries even to root, as a read-only or foreign mount would.
-    one_line_error(*bbox(capsys, "run", "-c", str(project / "cfg.yaml"), "-o", "/proc/bbox-out"), "/proc/bbox-out")
+    assert_one_line_error(*bbox(capsys, "run", "-c", str(project / "cfg.yaml"), "-o", "/proc/bbox-out"), "/proc/bbox-out")
 
 
 # ---------------------------------------------------------------- user data and --set values
@@ -251,7 +251,7 @@ def test_unwritable_output_dir_is_one_line(project, capsys):
     ],
 )
 def test_bad_set_values_are_one_line(project, capsys, override, needles):
-    one_line_error(*bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), "--set", override), *needles)
+    assert_one_line_error(*bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), "--set", override), *needles)
 
 
 def test_boolean_fields_still_take_booleans(project):
@@ -276,7 +276,7 @@ def test_set_fuzz_is_ok_or_one_line(project, capsys, sets):
     args = [a for key, value in sets for a in ("--set", f"{key}={value}")]
     code, err = bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), *args)
     if code != 0:
-        one_line_error(code, err)
+        assert_one_line_error(code, err)
 
 
 COLUMN_VALUES = st.one_of(
@@ -301,7 +301,7 @@ def test_user_parquet_fuzz_is_ok_or_one_line(project, capsys, doc_id, word_idx, 
     pq.write_table(pa.table(columns), project / "a.parquet")
     code, err = bbox(capsys, "score", "-c", str(project / "cfg.yaml"))
     if code != 0:
-        one_line_error(code, err, "a.parquet")
+        assert_one_line_error(code, err, "a.parquet")
 
 
 @pytest.mark.parametrize(
@@ -315,12 +315,12 @@ def test_user_parquet_fuzz_is_ok_or_one_line(project, capsys, doc_id, word_idx, 
 )
 def test_uncastable_or_positive_user_logprobs(project, capsys, logprob, word_idx, needles):
     pq.write_table(pa.table({"doc_id": ["d0"], "word_idx": word_idx, "logprob": logprob}), project / "a.parquet")
-    one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), *needles)
+    assert_one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), *needles)
 
 
 def test_missing_user_parquet_is_named_as_such(project, capsys):
     (project / "a.parquet").unlink()
-    line = one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), "log-prob file not found")
+    line = assert_one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), "log-prob file not found")
     assert "was the stage run" not in line
 
 
@@ -331,7 +331,7 @@ def test_all_documents_in_holdout_is_one_line(project, capsys):
     from bbox_sae.corpus import split_of
 
     seed = next(s for s in range(1000) if all(split_of(d, 0.9, s) == "holdout" for d in TEXTS))
-    one_line_error(*run_until(capsys, project, "train", "--set", "corpus.holdout_fraction=0.9", "--set", f"seed={seed}"), "no training rows", "holdout")
+    assert_one_line_error(*run_until(capsys, project, "train", "--set", "corpus.holdout_fraction=0.9", "--set", f"seed={seed}"), "no training rows", "holdout")
 
 
 def test_no_holdout_documents_says_why_nothing_will_be_kept(project, capsys, caplog):
@@ -364,7 +364,7 @@ def test_relative_paths_resolve_against_the_working_directory(project, capsys, m
     elsewhere = project / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    one_line_error(*bbox(capsys, "ingest", "-c", str(project / "rel.yaml")), "c.jsonl", "not found")
+    assert_one_line_error(*bbox(capsys, "ingest", "-c", str(project / "rel.yaml")), "c.jsonl", "not found")
 
 
 def test_documented_pyarrow_recipe_reads_a_sharded_table(project, capsys):
@@ -403,6 +403,6 @@ def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monk
         raise OSError(errno.EIO, "Input/output error", str(cfg.out / "embeddings"))
 
     monkeypatch.setattr(embedding, "run_embed", broken)
-    one_line_error(*run_until(capsys, project, "build", "--force", "embed"), "embeddings", "Input/output error")
+    assert_one_line_error(*run_until(capsys, project, "build", "--force", "embed"), "embeddings", "Input/output error")
     assert "embed" not in read_manifest(project / "out")["stages"]
-    one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'embed'", "has not finished")
+    assert_one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'embed'", "has not finished")
