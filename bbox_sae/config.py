@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bbox_sae.errors import ConfigError
+from bbox_sae.layout import RunLayout, SaeRunLayout
 
 
 def _has_nul(value: Any) -> bool:
@@ -318,6 +319,15 @@ class Config(Section):
     @property
     def out(self) -> Path:
         return Path(self.output_dir).expanduser()
+
+    @property
+    def paths(self) -> RunLayout:
+        return RunLayout(self.out)
+
+    @property
+    def sae_paths(self) -> SaeRunLayout:
+        """The SAE run this config trains and reads."""
+        return self.paths.sae_run(self.sae.resolved_run_name())
 
     @property
     def cache(self) -> Path:

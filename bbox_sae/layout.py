@@ -1,0 +1,199 @@
+"""Where every artifact of a run lives, and how per-model columns are named.
+
+The one place that spells artifact file names: stages, readers, the report and the tests
+ask a `RunLayout` for a path instead of joining strings, so renaming a file or moving a
+table is one edit here plus one line in `docs/artifacts.md` (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+LOGPROB_PREFIX = "logprob__"
+
+
+def logprob_column(model: str) -> str:
+    """Column holding `model`'s per-word log-prob in tables that carry several models."""
+    return f"{LOGPROB_PREFIX}{model}"
+
+
+@dataclass(frozen=True)
+class SaeRunLayout:
+    """One trained SAE: the sae-lens inference model plus our metrics and checkpoints."""
+
+    root: Path
+
+    @property
+    def weights(self) -> Path:
+        return self.root / "sae_weights.safetensors"
+
+    @property
+    def sae_config(self) -> Path:
+        return self.root / "cfg.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.json"
+
+    @property
+    def run_config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Every artifact under one run's `output_dir` (documented in docs/artifacts.md)."""
+
+    root: Path
+
+    # Run bookkeeping.
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
+    # ingest
+    @property
+    def documents(self) -> Path:
+        return self.root / "documents.parquet"
+
+    @property
+    def ingest_marker(self) -> Path:
+        return self.root / "ingest.json"
+
+    @property
+    def words(self) -> Path:
+        return self.root / "words"
+
+    # score
+    @property
+    def logprobs_root(self) -> Path:
+        return self.root / "logprobs"
+
+    def logprobs(self, model: str) -> Path:
+        return self.logprobs_root / model
+
+    def score_stats(self, shard_index: int, shard_count: int) -> Path:
+        return self.logprobs_root / f"stats-{shard_index}of{shard_count}.json"
+
+    # embed
+    @property
+    def embeddings(self) -> Path:
+        return self.root / "embeddings"
+
+    @property
+    def embedding_stats(self) -> Path:
+        return self.embeddings / "stats.json"
+
+    # build
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def matrix(self) -> Path:
+        return self.build / "matrix.npy"
+
+    @property
+    def index(self) -> Path:
+        return self.build / "index.parquet"
+
+    @property
+    def build_info(self) -> Path:
+        return self.build / "build.json"
+
+    # train
+    @property
+    def sae_root(self) -> Path:
+        return self.root / "sae"
+
+    def sae_run(self, run_name: str) -> SaeRunLayout:
+        return SaeRunLayout(self.sae_root / run_name)
+
+    @property
+    def sweep_summary_csv(self) -> Path:
+        return self.sae_root / "sweep_summary.csv"
+
+    @property
+    def sweep_summary_png(self) -> Path:
+        return self.sae_root / "sweep_summary.png"
+
+    # features
+    @property
+    def features(self) -> Path:
+        return self.root / "features.parquet"
+
+    @property
+    def findings(self) -> Path:
+        return self.root / "findings.parquet"
+
+    @property
+    def rules(self) -> Path:
+        return self.root / "rules.parquet"
+
+    @property
+    def contexts(self) -> Path:
+        return self.root / "contexts.parquet"
+
+    @property
+    def top_activations(self) -> Path:
+        return self.root / "top_activations.parquet"
+
+    @property
+    def corpus_stats(self) -> Path:
+        return self.root / "corpus_stats.json"
+
+    def baseline(self, name: str) -> "RunLayout":
+        """Feature tables of a baseline (`random`, `kmeans`) live in a run layout of their own."""
+        return RunLayout(self.root / "baselines" / name)
+
+    # label
+    @property
+    def labels_dir(self) -> Path:
+        return self.root / "labels"
+
+    @property
+    def label_cache(self) -> Path:
+        return self.labels_dir / "cache"
+
+    @property
+    def label_stats(self) -> Path:
+        return self.labels_dir / "labels.json"
+
+    # report
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def wandb(self) -> Path:
+        return self.root / "wandb"
+
+    # evaluations
+    @property
+    def planted_results(self) -> Path:
+        return self.root / "planted_results.json"
+
+    @property
+    def ablation_results(self) -> Path:
+        return self.root / "ablation_results.json"
+
+    @property
+    def coherence(self) -> Path:
+        return self.root / "coherence.json"
