@@ -18,19 +18,19 @@ def test_shipped_rules_match_what_they_say():
     assert hits["not-after-auxiliary"] == [" not"]
     assert hits["question-mark"] == ["?"]
     assert hits["number-word"] == [" two"]
-    assert hits["my-lord"] == [" lord"]
+    assert hits["my-kin-or-title"] == [" lord"]
     assert noise == 0.1 and seed == 0
     assert len({r.kind for r in rules}) == 6 and {np.sign(r.delta) for r in rules} == {-1, 1}
 
 
 def test_handbook_rules_match_what_they_say():
     rules, _, _ = load_rules("configs/planted-rules-handbook.yaml")
-    text = "Packages (see 2 of them) can be found.\n\nFor example, the package must be 10 MB; for instance."
+    text = "Packages (see 2 of them) can be found.\n\nFor example, the package must be 10 MB; for instance, a configuration file."
     words = split_words(text)
     hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words))] for r in rules}
     assert hits == {
         "package-forms": ["Packages", "package"], "be-after-modal": ["be", "be"], "paragraph-start": ["Packages", "For"],
-        "opening-bracket": ["("], "number": ["2", "10"], "for-example": ["example", "instance"],
+        "opening-bracket": ["("], "number": ["2", "10"], "fixed-phrase": ["example", "instance", "file"],
     }
 
 
