@@ -231,6 +231,10 @@ class FeaturesConfig(Section):
         default=0.0, ge=0, le=1, description="kept latents need a context rule with at least this held-out F1 (0: no coherence requirement)"
     )
     rule_min_share: float = Field(default=0.2, gt=0, le=1, description="a rule's conditions must hold for this share of the top words")
+    member_min_share: float = Field(
+        default=0.2, ge=0, le=1,
+        description="`test: rule`: a latent that proposed a kept rule is a kept feature only when its findings' rules cover this share of its train top words",
+    )
     finding_overlap: float = Field(default=0.5, gt=0, le=1, description="kept rules (or latents) sharing this share of their words form one finding")
     finding_similarity: float = Field(
         default=0.5, ge=-1, le=1, description="kept rules of one winner whose words' mean context embeddings have this cosine form one finding"

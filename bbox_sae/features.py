@@ -30,7 +30,7 @@ from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.dataset import open_matrix
 from bbox_sae.domains import domain_stats
 from bbox_sae.findings import LatentRule, RuleCandidate, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms
-from bbox_sae.rules import RuleFit, WordAttributes, describe_rules, fit_rule, fit_rules, normalize_form, rules_to_json, word_attributes
+from bbox_sae.rules import RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, normalize_form, rules_to_json, word_attributes
 from bbox_sae.stats import StreamingTopN, bh_qvalues, coherence, delta_stats, generalizes, percentile_rule
 
 log = logging.getLogger(__name__)
@@ -524,7 +524,12 @@ def rule_tested_findings(
         words_train, words_holdout = rule_words(rule, attrs, train), rule_words(rule, attrs, holdout)
         stats = pair_stats(words_train, words_holdout, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
         tested.append((cand, words_train, words_holdout, stats))
-    q = bh_qvalues(np.array([t[3]["holdout_p_value"] for t in tested], dtype=np.float64))
+    # Independent filtering (Bourgon et al., PNAS 2010): a rule with fewer than `min_activations`
+    # holdout words can never be kept, and its count of words says nothing about its Δ, so it
+    # leaves the multiple-testing family instead of diluting the q-values of the rules that can pass.
+    testable = np.array([len(t[2]) >= fcfg.min_activations for t in tested], dtype=bool)
+    q = np.full(len(tested), np.nan)
+    q[testable] = bh_qvalues(np.array([t[3]["holdout_p_value"] for t in tested], dtype=np.float64)[testable])
     kept = []
     for (cand, words_train, words_holdout, stats), qv in zip(tested, q):
         med, mdp = stats["holdout_median_dlogp"], stats["holdout_median_dp"]
@@ -591,7 +596,12 @@ def rule_tested_findings(
         else:
             held = fit_rules(rules, attrs, top_words(top, "holdout", r["latent"]), fires[:, column[r["latent"]]], holdout)
             r.update(_rule_columns(LatentRule(held, held)), rule=describe_rules(rules), rule_json=rules_to_json(rules))
-        r["kept"] = bool(mine)
+        # A latent can propose a confirmed rule from a minority of its top words (its Δ-carrying
+        # ones) while the rest are unrelated: the finding stands, but such a mixture is not a
+        # feature a person can name, so it is kept only when the rules cover a real share of it.
+        train_top = top_words(top, "train", r["latent"])
+        covered = float(any_mask(rules, attrs, train_top).mean()) if mine and len(train_top) else 0.0
+        r["kept"] = bool(mine) and covered >= fcfg.member_min_share
         r["finding"] = mine[0][0] if mine else None
         r["findings"] = ",".join(str(f) for f, _ in mine) or None
     tested_rules.extend(tested_rows)

@@ -125,8 +125,8 @@ def _final_summary(cfg: Config, console) -> None:
     from bbox_sae.artifacts import read_table
 
     findings = read_table(cfg.out / "findings.parquet").to_pylist()
-    n_latents = sum(f["n_latents"] for f in findings)
-    console.print(f"\n{len(findings)} finding(s), from {n_latents} kept latent(s).")
+    n_latents = len({m for f in findings for m in f["latents"].split(",")})
+    console.print(f"\n{len(findings)} finding(s), proposed by {n_latents} latent(s).")
     by_model: dict[str, list[dict]] = {}
     for f in findings:
         by_model.setdefault(f["better_model"], []).append(f)
