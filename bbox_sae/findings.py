@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.rules import Rule, RuleFit, WordAttributes, best_rule, fit_rule, normalize_form
+from bbox_sae.rules import Rule, RuleFit, WordAttributes, best_rule, fit_rule, normalize_form, ranked_rules
 
 
 @dataclass(frozen=True)
@@ -190,15 +190,23 @@ def propose_rules(
     for _ in range(max_rules):
         if len(remaining) < max(3, min_share * len(top_train)):
             break
-        fit = best_rule(attrs, remaining, fires, train_scope, min_share)
-        if fit is None:
+        found = None
+        # The best-fitting rule may be broader than the difference ("a word after 'configuration'"
+        # where only "configuration file(s)" differs): its own train words then fail the effect rule
+        # and the next-best rule is tried, down to the first that states a difference.
+        for fit in ranked_rules(attrs, remaining, fires, train_scope, min_share):
+            covered = fit.rule.mask(attrs, remaining)
+            if covered.sum() < min_share * len(carrying):
+                continue
+            narrow = specialize(fit.rule, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_share)
+            rule = generalize(narrow, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_abs_dlogp, min_abs_dp)
+            if rule is not None:
+                found = (rule, fit, covered)
+                break
+        if found is None:
             break
-        covered = fit.rule.mask(attrs, remaining)
-        if covered.sum() < min_share * len(carrying):
-            break
-        narrow = specialize(fit.rule, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_share)
-        rule = generalize(narrow, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_abs_dlogp, min_abs_dp)
-        if rule is not None and all(rule != r for r, _ in out):
+        rule, fit, covered = found
+        if all(rule != r for r, _ in out):
             out.append((rule, fit))
         remaining = remaining[~covered]
     return out

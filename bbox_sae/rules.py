@@ -256,21 +256,25 @@ def describe_rules(rules: list[Rule]) -> str:
     return " or ".join(r.describe() for r in rules)
 
 
-def best_rule(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> RuleFit | None:
-    """The rule with the best F1 among those built from conditions common in the top words.
-
-    Ties go to the rule that names the word (its form, else its class), then to the one with fewer
-    conditions: of two equally true statements the label keeps the more telling one."""
+def ranked_rules(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> list[RuleFit]:
+    """Every rule built from conditions common in the top words, best first: by F1, ties to the rule
+    that names the word (its form, else its class), then to the one with fewer conditions; of two
+    equally true statements the label keeps the more telling one."""
     if len(top_rows) == 0:
-        return None
+        return []
     word_parts, left_parts = _candidates(attrs, top_rows, min_share)
-    best: tuple | None = None
+    scored = []
     for wk, wv in word_parts:
         for lk, lv in left_parts:
             if wk is None and lk is None:
                 continue
             fit = fit_rule(Rule(wk, wv, lk, lv), attrs, top_rows, fires, scope)
-            key = (round(fit.f1, 4), wk == "form", wk is not None, -(lk is not None), lk == "form")
-            if best is None or key > best[0]:
-                best = (key, fit)
-    return best[1] if best else None
+            scored.append(((round(fit.f1, 4), wk == "form", wk is not None, -(lk is not None), lk == "form"), len(scored), fit))
+    scored.sort(key=lambda t: (t[0], -t[1]), reverse=True)
+    return [fit for _, _, fit in scored]
+
+
+def best_rule(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> RuleFit | None:
+    """The first of `ranked_rules`."""
+    ranked = ranked_rules(attrs, top_rows, fires, scope, min_share)
+    return ranked[0] if ranked else None

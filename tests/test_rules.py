@@ -170,3 +170,28 @@ def test_nested_rules_are_one_finding():
     pair = (("A", "B"), 1)
     assert nested_groups([numbers, fours, brackets], [pair, pair, pair], 0.5) == [[0, 1], [2]]
     assert nested_groups([numbers, fours], [pair, (("A", "B"), -1)], 0.5) == [[0], [1]]
+
+
+def test_a_rule_broader_than_the_difference_gives_way_to_the_next_best():
+    """The latent fires on every word after 'configuration', but B wins only on 'file(s)': the best-fitting
+    rule ("a lower-case word right after 'configuration'") is not a difference, so the rules that are
+    come out instead of nothing."""
+    from bbox_sae.findings import propose_rules
+
+    rng = np.random.default_rng(0)
+    nouns = [" file", " files", " of", " is", " management", " of", " is", " management"]
+    docs = [split_words(f"The configuration{rng.choice(nouns)} was changed.") for _ in range(400)]
+    attrs = word_attributes(docs)
+    n = len(attrs.form)
+    scope = np.arange(n)
+    after = Rule(None, None, "form", "f:configuration").mask(attrs)
+    planted = after & np.isin(attrs.form, [attrs.vocab.index("f:file"), attrs.vocab.index("f:files")])
+    lp_a = np.log(rng.uniform(0.01, 0.04, size=n))
+    lp_b = np.minimum(lp_a + 3.0 * planted + rng.normal(0, 0.05, size=n), 0.0)
+    fires = after.copy()
+    top = np.flatnonzero(after)[:60]
+    broad = Rule("class", "c:word", "form", "f:configuration")
+    assert fit_rule(broad, attrs, top[planted[top]], fires, scope).f1 == 1.0  # the best fit, yet no difference
+    rules = {rule for rule, _ in propose_rules(attrs, top, fires, scope, lp_a, lp_b, -1, 0.2, 3, 1.0, 0.1)}
+    assert rules and all(planted[r.mask(attrs)].mean() == 1.0 for r in rules)
+    assert planted[np.logical_or.reduce([r.mask(attrs) for r in rules])].mean() == 1.0
