@@ -230,7 +230,7 @@ class FeaturesConfig(Section):
     min_rule_f1: float = Field(
         default=0.0, ge=0, le=1, description="kept latents need a context rule with at least this held-out F1 (0: no coherence requirement)"
     )
-    rule_min_share: float = Field(default=0.2, gt=0, le=1, description="a rule's conditions must hold for this share of the top words")
+    rule_min_share: float = Field(default=0.1, gt=0, le=1, description="a rule's conditions must hold for this share of the top words")
     member_min_share: float = Field(
         default=0.2, ge=0, le=1,
         description="`test: rule`: a latent that proposed a kept rule is a kept feature only when its findings' rules cover this share of its train top words",

@@ -177,7 +177,7 @@ def specialize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_sco
 
 def propose_rules(
     attrs: WordAttributes, top_train: np.ndarray, fires: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
-    sign: int, min_share: float, max_rules: int, min_abs_dlogp: float, min_abs_dp: float,
+    sign: int, min_share: float, max_rules: int, min_abs_dlogp: float, min_abs_dp: float, max_tries: int = 5,
 ) -> list[tuple[Rule, RuleFit]]:
     """Up to `max_rules` rules for the words that carry a latent's difference in direction `sign` (its
     train top words on which that model wins by more than `min_abs_dlogp`), greedily: the best rule,
@@ -193,8 +193,9 @@ def propose_rules(
         found = None
         # The best-fitting rule may be broader than the difference ("a word after 'configuration'"
         # where only "configuration file(s)" differs): its own train words then fail the effect rule
-        # and the next-best rule is tried, down to the first that states a difference.
-        for fit in ranked_rules(attrs, remaining, fires, train_scope, min_share):
+        # and the next-best rule is tried, down to the first that states a difference (of the
+        # `max_tries` best: further down, rules fit the latent too poorly to describe it).
+        for fit in ranked_rules(attrs, remaining, fires, train_scope, min_share)[:max_tries]:
             covered = fit.rule.mask(attrs, remaining)
             if covered.sum() < min_share * len(carrying):
                 continue

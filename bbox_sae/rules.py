@@ -19,6 +19,7 @@ import json
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -107,6 +108,11 @@ class WordAttributes:
     after_blank: np.ndarray  # bool
     vocab: list[str]
 
+    @cached_property
+    def code(self) -> dict[str, int]:
+        """Vocab string -> code; built once per attribute table, not once per rule test."""
+        return {s: i for i, s in enumerate(self.vocab)}
+
     def take(self, positions: np.ndarray) -> "WordAttributes":
         """The attributes of the words at `positions` (e.g. the words behind a matrix's rows)."""
         return WordAttributes(
@@ -154,7 +160,7 @@ class Rule:
         take = (lambda a: a) if rows is None else (lambda a: a[rows])  # noqa: E731
         n = len(attrs.form) if rows is None else len(rows)
         m = np.ones(n, dtype=bool)
-        code = {s: i for i, s in enumerate(attrs.vocab)}
+        code = attrs.code
         if self.word_kind:
             col = attrs.form if self.word_kind == "form" else attrs.cls
             m &= take(col) == code.get(self.word_value, -1)
