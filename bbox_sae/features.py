@@ -524,10 +524,11 @@ def rule_tested_findings(
         words_train, words_holdout = rule_words(rule, attrs, train), rule_words(rule, attrs, holdout)
         stats = pair_stats(words_train, words_holdout, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
         tested.append((cand, words_train, words_holdout, stats))
-    # Independent filtering (Bourgon et al., PNAS 2010): a rule with fewer than `min_activations`
-    # holdout words can never be kept, and its count of words says nothing about its Δ, so it
-    # leaves the multiple-testing family instead of diluting the q-values of the rules that can pass.
-    testable = np.array([len(t[2]) >= fcfg.min_activations for t in tested], dtype=bool)
+    # Independent filtering (Bourgon et al., PNAS 2010): a rule needs `min_activations` words on
+    # each side, train (where it was proposed: fewer is too thin to propose anything) and holdout
+    # (fewer can never be kept). Word counts say nothing about the holdout Δ, so rules failing them
+    # leave the multiple-testing family instead of diluting the q-values of those that can pass.
+    testable = np.array([min(len(t[1]), len(t[2])) >= fcfg.min_activations for t in tested], dtype=bool)
     q = np.full(len(tested), np.nan)
     q[testable] = bh_qvalues(np.array([t[3]["holdout_p_value"] for t in tested], dtype=np.float64)[testable])
     kept = []
