@@ -29,8 +29,8 @@ from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.dataset import open_matrix
 from bbox_sae.domains import domain_stats
-from bbox_sae.findings import LatentRule, RuleCandidate, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms
-from bbox_sae.rules import RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, normalize_form, rules_to_json, word_attributes
+from bbox_sae.findings import LatentRule, RuleCandidate, expresses, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms
+from bbox_sae.rules import RuleFit, WordAttributes, describe_rules, fit_rule, fit_rules, normalize_form, rules_to_json, word_attributes
 from bbox_sae.stats import StreamingTopN, bh_qvalues, coherence, delta_stats, generalizes, percentile_rule
 
 log = logging.getLogger(__name__)
@@ -597,12 +597,7 @@ def rule_tested_findings(
         else:
             held = fit_rules(rules, attrs, top_words(top, "holdout", r["latent"]), fires[:, column[r["latent"]]], holdout)
             r.update(_rule_columns(LatentRule(held, held)), rule=describe_rules(rules), rule_json=rules_to_json(rules))
-        # A latent can propose a confirmed rule from a minority of its top words (its Δ-carrying
-        # ones) while the rest are unrelated: the finding stands, but such a mixture is not a
-        # feature a person can name, so it is kept only when the rules cover a real share of it.
-        train_top = top_words(top, "train", r["latent"])
-        covered = float(any_mask(rules, attrs, train_top).mean()) if mine and len(train_top) else 0.0
-        r["kept"] = bool(mine) and covered >= fcfg.member_min_share
+        r["kept"] = bool(mine) and expresses(rules, attrs, top_words(top, "train", r["latent"]), fcfg.member_min_share)
         r["finding"] = mine[0][0] if mine else None
         r["findings"] = ",".join(str(f) for f, _ in mine) or None
     tested_rules.extend(tested_rows)

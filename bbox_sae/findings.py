@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.rules import Rule, RuleFit, WordAttributes, best_rule, fit_rule, normalize_form, ranked_rules
+from bbox_sae.rules import Rule, RuleFit, WordAttributes, any_mask, best_rule, fit_rule, normalize_form, ranked_rules
 
 
 @dataclass(frozen=True)
@@ -211,6 +211,14 @@ def propose_rules(
             out.append((rule, fit))
         remaining = remaining[~covered]
     return out
+
+
+def expresses(rules: list[Rule], attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -> bool:
+    """Whether a latent is a feature of a finding: its rules cover at least `min_share` of the latent's
+    top words. A latent can propose a confirmed rule from a minority of its top words (the ones that
+    carry its difference) while the rest are unrelated: the finding stands, but such a mixture is
+    not a feature a person can name."""
+    return len(top_rows) > 0 and float(any_mask(rules, attrs, top_rows).mean()) >= min_share
 
 
 def rule_words(rule: Rule, attrs: WordAttributes, scope: np.ndarray) -> np.ndarray:

@@ -195,3 +195,17 @@ def test_a_rule_broader_than_the_difference_gives_way_to_the_next_best():
     rules = {rule for rule, _ in propose_rules(attrs, top, fires, scope, lp_a, lp_b, -1, 0.2, 3, 1.0, 0.1)}
     assert rules and all(planted[r.mask(attrs)].mean() == 1.0 for r in rules)
     assert planted[np.logical_or.reduce([r.mask(attrs) for r in rules])].mean() == 1.0
+
+
+def test_a_latent_is_a_feature_of_a_finding_only_when_the_rule_covers_it():
+    from bbox_sae.findings import expresses
+
+    docs, attrs = attrs_of([TEXT * 3])
+    nots = np.flatnonzero(Rule("form", "f:not").mask(attrs))
+    others = np.flatnonzero(~Rule("form", "f:not").mask(attrs))
+    rule = [Rule("form", "f:not")]
+    assert expresses(rule, attrs, nots, 0.2)
+    # 'not' is 1 of 10 top words: the latent proposed the rule, but it is about something else.
+    assert not expresses(rule, attrs, np.concatenate([nots[:1], others[:9]]), 0.2)
+    assert expresses(rule, attrs, np.concatenate([nots[:2], others[:8]]), 0.2)
+    assert not expresses(rule, attrs, np.array([], dtype=int), 0.0)
