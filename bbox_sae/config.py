@@ -464,6 +464,6 @@ def save_resolved(cfg: Config) -> Path:
     from bbox_sae.artifacts import atomic_write_text
 
     ensure_output_dir(cfg)
-    path = cfg.out / "config.yaml"
+    path = cfg.paths.config
     atomic_write_text(path, cfg.to_yaml())
     return path

@@ -1,46 +1,27 @@
-"""Corpus ingest: the corpus layouts users have, into documents and words.
+"""Corpus ingest: the corpus's documents (read by `corpus_files`) into documents and words.
 
-Accepted: JSONL (plain, gzip or zstd; one file or a folder of shards, as Dolma and Paloma ship
-them), Parquet (a file or a folder of shards), UTF-8 `.txt` files, a folder mixing these, a
-`datasets` save_to_disk folder, and (format `hf`) anything `datasets.load_dataset` reads,
-hub names included. Formats are told by content (magic bytes, first character) before the
-file name; anything else is an error naming the file and what it looks like.
-
-Bad input is a one-line `CorpusError` naming file, line (or row) and field. Duplicate ids with the
-same text are deduplicated; with different text they are an error naming both lines.
-Empty (or whitespace-only) documents are dropped and counted.
+Duplicate ids with the same text are deduplicated; with different text they are an error naming
+both lines. Empty (or whitespace-only) documents are dropped and counted. Long documents are cut
+into chunks; each document gets its split (train / holdout) from a hash of its id.
 """
 
 from __future__ import annotations
 
-import codecs
-import gzip
 import hashlib
-import io
 import json
 import logging
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from bbox_sae.config import CorpusConfig
+from bbox_sae.corpus_files import Document, iter_documents
 from bbox_sae.errors import CorpusError
+from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
 from bbox_sae.words import word_spans
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Document:
-    id: str
-    text: str
-    domain: str | None = None
-    where: str = ""  # "file:line" for messages
 
 
 @dataclass
@@ -49,350 +30,6 @@ class IngestStats:
     words: int = 0
     empty_dropped: int = 0
     duplicates_dropped: int = 0
-
-
-def _check_text(text: object, where: str, field: str) -> str:
-    if not isinstance(text, str):
-        raise CorpusError(f"{where}: field '{field}': expected a string, got {type(text).__name__}")
-    if "\x00" in text:
-        raise CorpusError(f"{where}: field '{field}': contains a NUL character")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise CorpusError(f"{where}: field '{field}': invalid unicode at character {err.start} (lone surrogate)") from None
-    return text
-
-
-def _check_id(value: object, where: str, field: str) -> str:
-    # Integers are accepted as ids (common in exported corpora); floats and bools are not,
-    # since 1.0 vs 1 or True vs 1 would silently collide.
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise CorpusError(f"{where}: field '{field}': expected a string or integer id, got {type(value).__name__}")
-    value = str(value)
-    if value == "":
-        raise CorpusError(f"{where}: field '{field}': empty id")
-    _check_text(value, where, field)
-    return value
-
-
-def _json_lines(path: Path, compression: str | None) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line) of a JSONL file, decompressed on the fly: memory stays flat."""
-    if compression is None:
-        with open(path, "rb") as fh:
-            yield from enumerate(fh, start=1)
-        return
-    lineno = 0
-    try:
-        with _open_compressed(path, compression) as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                yield lineno, raw
-    except _decompression_errors() as err:
-        raise CorpusError(f"{path}:{lineno + 1}: corrupt {compression} data ({err})") from None
-
-
-def _open_compressed(path: Path, compression: str) -> BinaryIO:
-    if compression == "gzip":
-        return gzip.open(path, "rb")
-    import zstandard
-
-    # Shards written by several zstd processes (and `cat`-joined ones) hold several frames.
-    reader = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True, closefd=True)
-    return io.BufferedReader(reader)
-
-
-def _decompression_errors() -> tuple[type[BaseException], ...]:
-    import zstandard
-
-    # gzip.BadGzipFile is an OSError; a truncated stream raises EOFError.
-    return (OSError, EOFError, zlib.error, zstandard.ZstdError)
-
-
-def read_jsonl(path: Path, cfg: CorpusConfig, compression: str | None = None) -> Iterator[Document]:
-    for lineno, raw in _json_lines(path, compression):
-        where = f"{path}:{lineno}"
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise CorpusError(f"{where}: not valid UTF-8 (byte {err.start} of the line)") from None
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CorpusError(f"{where}: malformed JSON: {err.msg} (column {err.colno})") from None
-        except RecursionError:
-            raise CorpusError(f"{where}: malformed JSON: nested too deeply") from None
-        except ValueError as err:
-            # Not a JSONDecodeError: e.g. an integer past Python's 4300-digit parsing limit.
-            raise CorpusError(f"{where}: malformed JSON: {str(err).split(';')[0]}") from None
-        if not isinstance(obj, dict):
-            raise CorpusError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        for field in (cfg.id_field, cfg.text_field):
-            if field not in obj:
-                raise CorpusError(f"{where}: field '{field}': missing")
-        yield _document(obj, where, cfg, default_id=None)
-
-
-def _document(row: dict, where: str, cfg: CorpusConfig, default_id: str | None) -> Document:
-    """One record (a JSON object, a Parquet or dataset row) as a Document.
-
-    `default_id` stands in for a missing id field: tabular sources (Parquet, datasets) often
-    have none, and a row's position is a stable id there.
-    """
-    if cfg.text_field not in row:
-        raise CorpusError(f"{where}: field '{cfg.text_field}': missing")
-    if cfg.id_field in row:
-        doc_id = _check_id(row[cfg.id_field], where, cfg.id_field)
-    elif default_id is not None:
-        doc_id = default_id
-    else:
-        raise CorpusError(f"{where}: field '{cfg.id_field}': missing")
-    text = _check_text(row[cfg.text_field], where, cfg.text_field)
-    domain = row.get(cfg.domain_field)
-    if domain is not None:
-        domain = _check_text(domain, where, cfg.domain_field)
-    return Document(doc_id, text, domain, where)
-
-
-def _read_txt_file(path: Path, doc_id: str) -> Document:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise CorpusError(f"{path}:{line}: not valid UTF-8 (byte {err.start} of the file)") from None
-    if "\x00" in text:
-        # Name the line, as for JSONL; "field 'text'" would mean nothing for a plain text file.
-        raise CorpusError(f"{path}:{text.count(chr(10), 0, text.index(chr(0))) + 1}: contains a NUL character")
-    text = text.removeprefix("\ufeff")
-    return Document(doc_id, _check_text(text, str(path), "text"), None, str(path))
-
-
-def read_parquet(path: Path, cfg: CorpusConfig, row_id_prefix: str = "") -> Iterator[Document]:
-    """Rows of a Parquet file, a batch at a time; a row without an id column is `<prefix><row>`."""
-    try:
-        pf = pq.ParquetFile(path)
-        names = pf.schema_arrow.names
-    except (pa.ArrowException, OSError) as err:
-        raise CorpusError(f"{path}: cannot read Parquet: {_first_line(err)}") from None
-    if cfg.text_field not in names:
-        raise CorpusError(f"{path}: field '{cfg.text_field}': not a column (columns: {names})")
-    columns = list(dict.fromkeys(c for c in (cfg.id_field, cfg.text_field, cfg.domain_field) if c in names))
-    i = 0
-    try:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-            for row in batch.to_pylist():
-                yield _document(row, f"{path}:row {i}", cfg, default_id=f"{row_id_prefix}{i}")
-                i += 1
-    except (pa.ArrowException, OSError) as err:
-        raise CorpusError(f"{path}:row {i}: cannot read Parquet: {_first_line(err)}") from None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-def _is_saved_dataset(path: Path) -> bool:
-    """A `datasets` save_to_disk folder (a Dataset or a DatasetDict)."""
-    return (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()
-
-
-def read_hf(cfg: CorpusConfig) -> Iterator[Document]:
-    """A saved dataset folder, a local data file or dataset repo folder, or a hub dataset name.
-
-    Everything but a saved folder goes through `datasets.load_dataset`, so a hub name with
-    `hf_config`, `hf_split` and `hf_streaming` takes the same path as the local files it is
-    tested on.
-    """
-    import datasets
-
-    local = Path(cfg.path).expanduser()
-    try:
-        if local.is_dir() and _is_saved_dataset(local):
-            ds = datasets.load_from_disk(str(local))
-            if isinstance(ds, datasets.DatasetDict):
-                if cfg.hf_split not in ds:
-                    raise CorpusError(f"{cfg.path}: split '{cfg.hf_split}' not in the saved dataset (splits: {list(ds)})")
-                ds = ds[cfg.hf_split]
-        elif local.is_file():
-            builder = {"parquet": "parquet", "jsonl": "json"}.get(sniff(local).format)
-            if builder is None:
-                raise CorpusError(f"{cfg.path}: format 'hf' reads a Parquet or JSONL file, a dataset folder or a hub name")
-            # A data file given alone has one split, which `datasets` names "train".
-            ds = datasets.load_dataset(builder, data_files=str(local), split="train", streaming=cfg.hf_streaming)
-        else:
-            ds = datasets.load_dataset(cfg.path, name=cfg.hf_config, split=cfg.hf_split, streaming=cfg.hf_streaming)
-    except CorpusError:
-        raise
-    except Exception as err:  # datasets raises many types; the message is what users need
-        raise CorpusError(f"{cfg.path}: cannot load Hugging Face dataset: {_first_line(err)}") from None
-    # A streamed dataset may not know its columns before the first row: then each row is checked.
-    columns = ds.column_names
-    if columns is not None and cfg.text_field not in columns:
-        raise CorpusError(f"{cfg.path}: field '{cfg.text_field}': not a column (columns: {columns})")
-    for i, row in enumerate(ds):
-        yield _document(row, f"{cfg.path}:row {i}", cfg, default_id=str(i))
-
-
-# ---------------------------------------------------------------- format detection
-
-PARQUET_BATCH_ROWS = 1024
-SNIFF_BYTES = 4096
-ACCEPTED = "accepted: JSONL (plain, .gz or .zst), Parquet, UTF-8 .txt, a saved Hugging Face dataset folder"
-# Formats recognised by their first bytes only to be named in the error.
-UNSUPPORTED_MAGIC = [
-    (b"PK\x03\x04", "zip archive"),
-    (b"\xfd7zXZ\x00", "xz-compressed"),
-    (b"7z\xbc\xaf\x27\x1c", "7z archive"),
-    (b"\x04\x22\x4d\x18", "lz4-compressed"),
-    (b"ARROW1", "Arrow IPC file"),
-    (b"SQLite format 3\x00", "SQLite database"),
-    (b"%PDF-", "PDF"),
-    (b"\xff\xfe", "UTF-16 text"),
-    (b"\xfe\xff", "UTF-16 text"),
-]
-COMPRESSION_MAGIC = [(b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd")]
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-NAMED_BINARY_SUFFIXES = {".parquet": "Parquet", ".gz": "gzip data", ".zst": "zstd data"}
-
-
-@dataclass(frozen=True)
-class FileKind:
-    format: str  # parquet | jsonl | txt | text (UTF-8 text not named .txt: a document alone, skipped in folders)
-    compression: str | None = None
-
-
-def _unsupported(path: Path, what: str) -> CorpusError:
-    return CorpusError(f"{path}: unsupported corpus file ({what}); {ACCEPTED}")
-
-
-def _is_bzip2(head: bytes) -> bool:
-    return head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90")
-
-
-def _has_parquet_footer(path: Path) -> bool:
-    if path.stat().st_size < 8:
-        return False
-    with open(path, "rb") as fh:
-        fh.seek(-4, io.SEEK_END)
-        return fh.read(4) == b"PAR1"
-
-
-def _starts_like_json_object(head: bytes) -> bool:
-    return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"{"
-
-
-def _is_utf8_text(head: bytes) -> bool:
-    try:
-        # Not final: the head may end inside a multi-byte character.
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return False
-    return b"\x00" not in head
-
-
-def sniff(path: Path) -> FileKind:
-    """A corpus file's format from its first bytes, then its name; an unsupported one is an error naming it.
-
-    The readable binary formats (Parquet, gzip, zstd) are told by content whatever the name; a
-    file named .jsonl or .txt is otherwise read as such, so its errors name the line.
-    """
-    with open(path, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
-    suffix = path.suffix.lower()
-    if head.startswith(b"PAR1") and _has_parquet_footer(path):
-        return FileKind("parquet")
-    for magic, compression in COMPRESSION_MAGIC:
-        if head.startswith(magic):
-            try:
-                with _open_compressed(path, compression) as fh:
-                    inner = fh.read(SNIFF_BYTES)
-            except _decompression_errors() as err:
-                raise CorpusError(f"{path}:1: corrupt {compression} data ({err})") from None
-            if inner.strip() and not _starts_like_json_object(inner):
-                raise _unsupported(path, f"{compression}-compressed, but not JSONL")
-            return FileKind("jsonl", compression)
-    if suffix == ".parquet" and head.startswith(b"PAR1"):
-        raise CorpusError(f"{path}: truncated Parquet file (no footer); was it still being written?")
-    if suffix in NAMED_BINARY_SUFFIXES:
-        # A name promising a binary format the content lacks is a mistake worth naming.
-        first = head[:8].hex(" ") or "none: empty file"
-        raise CorpusError(f"{path}: named {suffix} but not {NAMED_BINARY_SUFFIXES[suffix]} (first bytes {first})")
-    if suffix in JSONL_SUFFIXES:
-        return FileKind("jsonl")
-    if suffix == ".txt":
-        return FileKind("txt")
-    if _is_bzip2(head):
-        raise _unsupported(path, "bzip2-compressed")
-    for magic, what in UNSUPPORTED_MAGIC:
-        if head.startswith(magic):
-            raise _unsupported(path, what)
-    if _is_utf8_text(head):
-        return FileKind("jsonl" if _starts_like_json_object(head) else "text")
-    raise _unsupported(path, f"binary, first bytes {head[:8].hex(' ')}")
-
-
-def _hidden(rel: Path) -> bool:
-    # Dot files (.DS_Store, .gitattributes) and Spark/Parquet bookkeeping (_SUCCESS, _metadata).
-    return any(part.startswith((".", "_")) for part in rel.parts)
-
-
-def read_folder(root: Path, fmt: str, cfg: CorpusConfig) -> Iterator[Document]:
-    """Every corpus file under `root`, in path order, each read by its own format.
-
-    Plain text is read only from `.txt` files, so a README or LICENSE beside the shards is
-    skipped (and logged) rather than ingested as a document.
-    """
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
-    chosen, skipped = [], []
-    for f in files:
-        kind = sniff(f)
-        wanted = kind.format != "text" if fmt == "auto" else kind.format == fmt
-        (chosen if wanted else skipped).append((f, kind))
-    if skipped:
-        names = ", ".join(str(f.relative_to(root)) for f, _ in skipped[:5])
-        what = "corpus files" if fmt == "auto" else f"{fmt} files"
-        log.warning("%s: skipped %d file(s) that are not %s: %s", root, len(skipped), what, names)
-    if not chosen:
-        what = "corpus files" if fmt == "auto" else f"{fmt} files"
-        raise CorpusError(f"{root}: folder holds no {what} ({ACCEPTED})")
-    for f, kind in chosen:
-        name = str(f.relative_to(root).with_suffix("")) if kind.format in ("txt", "text") else str(f.relative_to(root))
-        yield from _read_file(f, kind, cfg, name)
-
-
-def _read_file(path: Path, kind: FileKind, cfg: CorpusConfig, name: str) -> Iterator[Document]:
-    if kind.format == "jsonl":
-        return read_jsonl(path, cfg, kind.compression)
-    if kind.format == "parquet":
-        return read_parquet(path, cfg, row_id_prefix=f"{name}:" if name else "")
-    return iter([_read_txt_file(path, name or path.stem)])
-
-
-def _file_kind(path: Path, fmt: str) -> FileKind:
-    if fmt == "auto":
-        return sniff(path)
-    # An explicit format wins over the content, but compressed JSONL still needs decompressing.
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    compression = next((c for magic, c in COMPRESSION_MAGIC if head.startswith(magic)), None)
-    return FileKind(fmt, compression if fmt == "jsonl" else None)
-
-
-def iter_documents(cfg: CorpusConfig) -> Iterator[Document]:
-    """The corpus's documents in order, read lazily (a streamed hub dataset is never held whole)."""
-    path = Path(cfg.path).expanduser()
-    if cfg.format == "hf" or (cfg.format == "auto" and path.is_dir() and _is_saved_dataset(path)):
-        return read_hf(cfg)
-    if not path.exists():
-        hint = " (for a hub dataset set corpus.format: hf)" if cfg.format == "auto" else ""
-        raise CorpusError(f"{path}: corpus not found{hint}")
-    if path.is_dir():
-        return read_folder(path, cfg.format, cfg)
-    return _read_file(path, _file_kind(path, cfg.format), cfg, name="")
 
 
 def chunk_document(doc: Document, chunk_words: int) -> list[Document]:
@@ -467,22 +104,6 @@ def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None =
     return docs
 
 
-DOCUMENTS_SCHEMA = pa.schema(
-    [("doc_id", pa.string()), ("text", pa.string()), ("split", pa.string()), ("domain", pa.string()), ("shard", pa.int32())]
-)
-WORDS_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("word_idx", pa.int32()),
-        ("char_start", pa.int64()),
-        ("char_end", pa.int64()),
-        ("word", pa.string()),
-        ("split", pa.string()),
-        ("domain", pa.string()),
-    ]
-)
-
-
 def documents_table(docs: list[Document], holdout_fraction: float, seed: int, shard_docs: int) -> pa.Table:
     return pa.table(
         {
@@ -542,7 +163,3 @@ def corpus_fingerprint(cfg: CorpusConfig) -> str:
 
 def shard_ranges(n_docs: int, shard_docs: int) -> list[tuple[int, int]]:
     return [(s, min(s + shard_docs, n_docs)) for s in range(0, n_docs, shard_docs)]
-
-
-def word_counts(documents: pa.Table) -> np.ndarray:
-    return np.array([len(word_spans(t)) for t in documents["text"].to_pylist()], dtype=np.int64)

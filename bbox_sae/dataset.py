@@ -25,6 +25,8 @@ from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, reso
 from bbox_sae.config import Config
 from bbox_sae.corpus import shard_ranges
 from bbox_sae.errors import ArtifactError
+from bbox_sae.layout import logprob_column
+from bbox_sae.schemas import index_schema
 
 log = logging.getLogger(__name__)
 
@@ -108,38 +110,50 @@ def _embedding_matrix(column: pa.ChunkedArray) -> np.ndarray:
     return arr.values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
 
 
+def _shard_tables(cfg: Config, models: list[str]) -> list[Path]:
+    """The per-word tables the build joins: words, embeddings, then each model's log-probs."""
+    return [cfg.paths.words, cfg.paths.embeddings, *[cfg.paths.logprobs(m) for m in models]]
+
+
 def _chunks(cfg: Config, models: list[str], chunk_rows: int) -> Iterator[_Chunk]:
-    words_tbl = ShardedTable(cfg.out / "words")
-    emb_tbl = ShardedTable(cfg.out / "embeddings")
-    lp_tbls = [ShardedTable(cfg.out / "logprobs" / m) for m in models]
+    words_path, emb_path, *lp_paths = _shard_tables(cfg, models)
+    words_tbl, emb_tbl = ShardedTable(words_path), ShardedTable(emb_path)
+    lp_tbls = [ShardedTable(p) for p in lp_paths]
+    names = [str(p.relative_to(cfg.out)) for p in [emb_path, *lp_paths]]
     for k in words_tbl.indices():
         streams = [_rebatch(words_tbl.shard_path(k), ["doc_id", "word_idx", "split"], chunk_rows)]
         if not emb_tbl.shard_path(k).exists():
-            raise ArtifactError(f"embeddings/ lacks shard {k}; run `bbox embed`")
+            raise ArtifactError(f"{names[0]}/ lacks shard {k}; run `bbox embed`")
         streams.append(_rebatch(emb_tbl.shard_path(k), ["doc_id", "word_idx", "embedding"], chunk_rows))
-        for m, t in zip(models, lp_tbls):
+        for name, t in zip(names[1:], lp_tbls):
             if not t.shard_path(k).exists():
-                raise ArtifactError(f"logprobs/{m} lacks shard {k}; run `bbox score`")
+                raise ArtifactError(f"{name} lacks shard {k}; run `bbox score`")
             streams.append(_rebatch(t.shard_path(k), ["doc_id", "word_idx", "logprob"], chunk_rows))
         for parts in zip(*streams, strict=True):
             words = parts[0]
-            for name, part in zip(["embeddings", *[f"logprobs/{m}" for m in models]], parts[1:]):
+            for name, part in zip(names, parts[1:]):
                 if part.num_rows != words.num_rows or not (
                     part["word_idx"].equals(words["word_idx"]) and part["doc_id"].equals(words["doc_id"])
                 ):
-                    raise ArtifactError(f"{name} shard {k} does not line up with words/ (re-run the stage that wrote it)")
+                    raise ArtifactError(f"{name} shard {k} does not line up with {words_path.name}/ (re-run the stage that wrote it)")
             emb = _embedding_matrix(parts[1]["embedding"])
             lp = np.stack([p["logprob"].to_numpy(zero_copy_only=False).astype(np.float64) for p in parts[2:]], axis=1)
             valid = np.isfinite(emb).all(axis=1) & np.isfinite(lp).all(axis=1)
             yield _Chunk(words, emb, lp, valid)
 
 
-def _remove_stale_temps(out: Path) -> None:
+def _temp_path(final: Path, pid: int) -> Path:
+    """Where process `pid` writes `final` before renaming it into place."""
+    return final.with_name(f".{final.name}.tmp{pid}")
+
+
+def _remove_stale_temps(cfg: Config) -> None:
     """Temp files of builds killed mid-write (their pid is gone); a live build's are left alone."""
-    for tmp in list(out.glob(".matrix.npy.tmp*")) + list(out.glob(".index.parquet.tmp*")):
-        pid = tmp.name.rsplit(".tmp", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
+    for final in (cfg.paths.matrix, cfg.paths.index):
+        for tmp in final.parent.glob(f".{final.name}.tmp*"):
+            pid = tmp.name.rsplit(".tmp", 1)[-1]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                tmp.unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -152,29 +166,34 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def run_build(cfg: Config) -> dict:
-    out = cfg.out / "build"
-    out.mkdir(parents=True, exist_ok=True)
-    # build.json is written last and withdrawn first: while it is absent (a build running or
-    # killed between replacing matrix.npy and index.parquet) `open_matrix` refuses the pair.
-    (out / "build.json").unlink(missing_ok=True)
-    _remove_stale_temps(out)
-    models = [m.name for m in cfg.models]
-    n_docs = read_table(cfg.out / "documents.parquet", columns=["doc_id"]).num_rows
+def _check_shards_complete(cfg: Config, models: list[str]) -> None:
+    """Every input table is intact and has a shard for each shard of documents.parquet."""
+    n_docs = read_table(cfg.paths.documents, columns=["doc_id"]).num_rows
     expected = set(range(len(shard_ranges(n_docs, cfg.corpus.shard_docs))))
-    for path in [cfg.out / "words", cfg.out / "embeddings", *[cfg.out / "logprobs" / m for m in models]]:
+    for path in _shard_tables(cfg, models):
         resolve_files(path)  # verifies every shard's checksum before we trust it
         # ... and every shard of documents.parquet must be there: a missing one is lost words.
         missing = sorted(expected - set(ShardedTable(path).indices()))
         if missing:
             raise ArtifactError(f"{path}: shard(s) {missing} missing (incomplete run?); re-run the stage that writes it")
-    mode, weight, chunk_rows = cfg.build.performance, cfg.build.output_feature_weight, cfg.build.chunk_rows
-    stats = BuildStats(dropped_by_model={m: 0 for m in models})
 
-    # Pass 1: counts and mean norms.
+
+@dataclass
+class _Norms:
+    """Mean row norms of the embedding part, the performance part and their concatenation."""
+
+    embedding: float
+    performance: float
+    joint: float
+    d_embedding: int
+
+
+def _statistics_pass(cfg: Config, models: list[str], stats: BuildStats) -> _Norms:
+    """Pass 1: counts of kept and dropped rows (into `stats`) and the mean norms of the parts."""
+    mode = cfg.build.performance
     sum_e = sum_p = sum_j = 0.0
     d_emb = None
-    for chunk in tqdm(_chunks(cfg, models, chunk_rows), desc="build: statistics", unit="chunk", leave=False):
+    for chunk in tqdm(_chunks(cfg, models, cfg.build.chunk_rows), desc="build: statistics", unit="chunk", leave=False):
         stats.max_chunk_rows = max(stats.max_chunk_rows, chunk.words.num_rows)
         stats.rows_in += chunk.words.num_rows
         stats.dropped_nonfinite_embedding += int((~np.isfinite(chunk.embedding).all(axis=1)).sum())
@@ -191,23 +210,21 @@ def run_build(cfg: Config) -> dict:
     if stats.rows == 0:
         raise ArtifactError("build: no word has an embedding and a log-prob from every model")
     stats.dropped_missing_logprob = stats.rows_in - stats.rows - stats.dropped_nonfinite_embedding
-    mean_e, mean_p, mean_j = sum_e / stats.rows, sum_p / stats.rows, sum_j / stats.rows
-    a, b = part_scales(mean_e, mean_p, mean_j, weight)
-    perf_names = performance_names(models, mode, d_emb)
+    return _Norms(sum_e / stats.rows, sum_p / stats.rows, sum_j / stats.rows, d_emb)
 
-    # Pass 2: scaled rows into a memory-mapped .npy, index rows into a streamed Parquet file.
-    d_total = d_emb + len(perf_names)
-    tmp_matrix = out / f".matrix.npy.tmp{os.getpid()}"
-    tmp_index = out / f".index.parquet.tmp{os.getpid()}"
-    matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.float32, shape=(stats.rows, d_total))
-    index_schema = pa.schema(
-        [("row", pa.int64()), ("doc_id", pa.string()), ("word_idx", pa.int32()), ("split", pa.string())]
-        + [(f"logprob__{m}", pa.float64()) for m in models]
-    )
+
+def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: int, a: float, b: float) -> None:
+    """Pass 2: scaled rows into a memory-mapped .npy, index rows into a streamed Parquet file,
+    each written under a temp name and renamed into place."""
+    mode = cfg.build.performance
+    tmp_matrix = _temp_path(cfg.paths.matrix, os.getpid())
+    tmp_index = _temp_path(cfg.paths.index, os.getpid())
+    matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.float32, shape=(rows, d_total))
+    schema = index_schema(models)
     row = 0
     try:
-        with pq.ParquetWriter(tmp_index, index_schema, compression="zstd") as writer:
-            for chunk in tqdm(_chunks(cfg, models, chunk_rows), desc="build: write", unit="chunk", leave=False):
+        with pq.ParquetWriter(tmp_index, schema, compression="zstd") as writer:
+            for chunk in tqdm(_chunks(cfg, models, cfg.build.chunk_rows), desc="build: write", unit="chunk", leave=False):
                 v = chunk.valid
                 n = int(v.sum())
                 if n == 0:
@@ -222,24 +239,41 @@ def run_build(cfg: Config) -> dict:
                     "split": words["split"],
                 }
                 for i, m in enumerate(models):
-                    cols[f"logprob__{m}"] = pa.array(chunk.logprobs[v, i])
-                writer.write_table(pa.table(cols, schema=index_schema))
+                    cols[logprob_column(m)] = pa.array(chunk.logprobs[v, i])
+                writer.write_table(pa.table(cols, schema=schema))
                 row += n
         matrix.flush()
         del matrix
-        os.replace(tmp_matrix, out / "matrix.npy")
-        os.replace(tmp_index, out / "index.parquet")
+        os.replace(tmp_matrix, cfg.paths.matrix)
+        os.replace(tmp_index, cfg.paths.index)
     except BaseException:
         tmp_matrix.unlink(missing_ok=True)
         tmp_index.unlink(missing_ok=True)
         raise
+
+
+def run_build(cfg: Config) -> dict:
+    cfg.paths.build.mkdir(parents=True, exist_ok=True)
+    # build.json is written last and withdrawn first: while it is absent (a build running or
+    # killed between replacing matrix.npy and index.parquet) `open_matrix` refuses the pair.
+    cfg.paths.build_info.unlink(missing_ok=True)
+    _remove_stale_temps(cfg)
+    models = [m.name for m in cfg.models]
+    _check_shards_complete(cfg, models)
+    mode, weight = cfg.build.performance, cfg.build.output_feature_weight
+    stats = BuildStats(dropped_by_model={m: 0 for m in models})
+    norms = _statistics_pass(cfg, models, stats)
+    a, b = part_scales(norms.embedding, norms.performance, norms.joint, weight)
+    perf_names = performance_names(models, mode, norms.d_embedding)
+    d_total = norms.d_embedding + len(perf_names)
+    _write_pass(cfg, models, stats.rows, norms.d_embedding, d_total, a, b)
     info = {
         "rows": stats.rows,
         "rows_in": stats.rows_in,
         "dropped_missing_logprob": stats.dropped_missing_logprob,
         "dropped_nonfinite_embedding": stats.dropped_nonfinite_embedding,
         "missing_logprob_by_model": stats.dropped_by_model,
-        "d_embedding": d_emb,
+        "d_embedding": norms.d_embedding,
         "d_in": d_total,
         "performance": mode,
         "performance_columns": perf_names,
@@ -247,13 +281,13 @@ def run_build(cfg: Config) -> dict:
         "output_feature_weight": weight,
         "scale_embedding": a,
         "scale_performance": b,
-        "mean_norm_embedding": mean_e,
-        "mean_norm_performance": mean_p,
-        "mean_norm_joint": mean_j,
-        "chunk_rows": chunk_rows,
+        "mean_norm_embedding": norms.embedding,
+        "mean_norm_performance": norms.performance,
+        "mean_norm_joint": norms.joint,
+        "chunk_rows": cfg.build.chunk_rows,
         "max_chunk_rows": stats.max_chunk_rows,
     }
-    atomic_write_json(out / "build.json", info)
+    atomic_write_json(cfg.paths.build_info, info)
     if stats.rows < stats.rows_in:
         log.info("build: dropped %d of %d words (missing log-prob or non-finite embedding)", stats.rows_in - stats.rows, stats.rows_in)
     return info
@@ -263,17 +297,18 @@ def open_matrix(cfg: Config) -> tuple[np.ndarray, pa.Table, dict]:
     """The built matrix (memory-mapped, read-only), its index table, and build.json."""
     import json
 
-    out = cfg.out / "build"
-    for name in ("matrix.npy", "index.parquet", "build.json"):
-        if not (out / name).exists():
+    paths = cfg.paths
+    out = paths.build
+    for path in (paths.matrix, paths.index, paths.build_info):
+        if not path.exists():
             # build.json is the last file a build writes: without it the build did not finish.
-            raise ArtifactError(f"{out / name}: not found (build not run, or interrupted); run `bbox build`")
+            raise ArtifactError(f"{path}: not found (build not run, or interrupted); run `bbox build`")
     try:
-        info = json.loads((out / "build.json").read_text())
-        matrix = np.load(out / "matrix.npy", mmap_mode="r")
+        info = json.loads(paths.build_info.read_text())
+        matrix = np.load(paths.matrix, mmap_mode="r")
     except (OSError, ValueError) as err:
         raise ArtifactError(f"{out}: cannot read the built matrix: {err}; re-run `bbox build`") from None
-    index = read_table(out / "index.parquet")
+    index = read_table(paths.index)
     rows = info.get("rows", matrix.shape[0]) if isinstance(info, dict) else -1
     if not (matrix.shape[0] == index.num_rows == rows):
         raise ArtifactError(

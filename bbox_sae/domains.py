@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bbox_sae.layout import logprob_column
+
 # Documents without a domain in a corpus where others have one: grouped, not dropped, so the
 # per-domain word counts add up to the corpus total.
 NO_DOMAIN = "(no domain)"
@@ -44,7 +46,7 @@ def domain_stats(index: pa.Table, documents: pa.Table, models: list[str], pairs:
     order = np.argsort(codes, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
     n_documents = Counter(doc_domains.to_pylist())
-    logprobs = {m: index[f"logprob__{m}"].to_numpy(zero_copy_only=False).astype(np.float64) for m in models}
+    logprobs = {m: index[logprob_column(m)].to_numpy(zero_copy_only=False).astype(np.float64) for m in models}
     out = {}
     for code in sorted(range(len(names)), key=lambda c: names[c]):
         rows = order[bounds[code] : bounds[code + 1]]

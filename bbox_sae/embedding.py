@@ -209,8 +209,8 @@ def embedding_settings(cfg: EmbeddingConfig) -> dict:
 
 
 def run_embed(cfg: Config) -> dict:
-    documents = read_table(cfg.out / "documents.parquet")
-    table = ShardedTable(cfg.out / "embeddings")
+    documents = read_table(cfg.paths.documents)
+    table = ShardedTable(cfg.paths.embeddings)
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
     settings = json.dumps(embedding_settings(cfg.embedding), sort_keys=True)
     keys = {k: shard_key(documents.slice(a, b - a), settings) for k, (a, b) in enumerate(ranges)}
@@ -239,5 +239,5 @@ def run_embed(cfg: Config) -> dict:
     bad = table.verify()
     if bad:
         raise ArtifactError(f"embeddings: shard(s) {bad} failed their checksum; re-run `bbox embed`")
-    atomic_write_json(cfg.out / "embeddings" / "stats.json", stats)
+    atomic_write_json(cfg.paths.embedding_stats, stats)
     return stats

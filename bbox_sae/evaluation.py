@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import regex
-import torch
 import yaml
 
 from bbox_sae.artifacts import atomic_write_json, read_table
 from bbox_sae.config import Config, save_resolved
 from bbox_sae.errors import ConfigError
+from bbox_sae.layout import RunLayout
 from bbox_sae.rules import any_mask, rules_from_json
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def planted_logprobs(lp_a: np.ndarray, masks: dict[str, np.ndarray], rules: list
 
 def _rows_to_words(words: pa.Table, run_dir: Path) -> np.ndarray:
     """Position in `words` of every row of the build index in `run_dir`."""
-    index = read_table(run_dir / "build" / "index.parquet", columns=["row", "doc_id", "word_idx"])
+    index = read_table(RunLayout(run_dir).index, columns=["row", "doc_id", "word_idx"])
     position = {k: i for i, k in enumerate(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()))}
     return np.array([position[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())], dtype=np.int64)
 
@@ -145,10 +145,11 @@ def _firing(cfg: Config, latents: list[int], source: str) -> tuple[np.ndarray, n
 
 def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], masks_by_row: dict[str, np.ndarray], source: str) -> dict:
     """Recovery per rule and FDR for the findings in `features_dir` (rows aligned to `cfg.out`'s build index)."""
-    findings = read_table(features_dir / "findings.parquet").to_pylist()
-    features = read_table(features_dir / "features.parquet")
+    tables = RunLayout(features_dir)
+    findings = read_table(tables.findings).to_pylist()
+    features = read_table(tables.features)
     n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
-    top = read_table(features_dir / "top_activations.parquet").filter(pc.field("split") == "train")
+    top = read_table(tables.top_activations).filter(pc.field("split") == "train")
     top_rows_of = {}
     for latent, group in _group_rows(top).items():
         top_rows_of[latent] = group[: n_top.get(latent, 0)]
@@ -230,13 +231,15 @@ def _link_inputs(src: Path, dst: Path, logprobs: list[str] | None = None) -> Non
     """A variant dir shares the scored and embedded words of its parent run (all models' log-probs,
     or only `logprobs`' when the others are written anew)."""
     dst.mkdir(parents=True, exist_ok=True)
-    names = ["documents.parquet", "ingest.json", "words", "embeddings"]
-    names += ["logprobs"] if logprobs is None else [f"logprobs/{m}" for m in logprobs]
-    for name in names:
-        target = dst / name
+
+    def shared(paths: RunLayout) -> list[Path]:
+        inputs = [paths.documents, paths.ingest_marker, paths.words, paths.embeddings]
+        return inputs + ([paths.logprobs_root] if logprobs is None else [paths.logprobs(m) for m in logprobs])
+
+    for source, target in zip(shared(RunLayout(src)), shared(RunLayout(dst))):
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
-            os.symlink((src / name).resolve(), target)
+            os.symlink(source.resolve(), target)
 
 
 def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
@@ -247,7 +250,7 @@ def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     from bbox_sae.sae import run_train
 
     variants: dict[str, tuple[Path, Path, str]] = {"full": (cfg.out, cfg.out, "sae")}
-    w0 = cfg.model_copy(update={"output_dir": str(cfg.out / "ablation-w0"), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})})
+    w0 = cfg.model_copy(update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})})
     _link_inputs(cfg.out, w0.out)
     run_build(w0)
     run_train(w0)
@@ -256,7 +259,7 @@ def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     variants["no-performance (w=0)"] = (w0.out, w0.out, "sae")
     for baseline in ("random", "kmeans"):
         run_features(cfg, baseline=baseline)
-        dest = cfg.out / "baselines" / baseline
+        dest = cfg.paths.baseline(baseline).root
         run_label(cfg.model_copy(update={"output_dir": str(dest)}))
         variants[f"{baseline} baseline"] = (cfg.out, dest, baseline)
     return variants
@@ -272,7 +275,7 @@ def _plant(cfg: Config, lp_b: np.ndarray, words: pa.Table) -> None:
     b_path = Path(b_model.path).expanduser()
     b_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp_b}), b_path)
-    shutil.rmtree(cfg.out / "logprobs" / b_model.name, ignore_errors=True)
+    shutil.rmtree(cfg.paths.logprobs(b_model.name), ignore_errors=True)
     run_score(cfg, models=[b_model.name])
 
 
@@ -290,8 +293,8 @@ def _score_a(cfg: Config) -> tuple[pa.Table, np.ndarray]:
     ingest(cfg)
     run_score(cfg, models=[cfg.compare[0][0]])
     run_embed(cfg)
-    words = read_table(cfg.out / "words")
-    lp_a = read_table(cfg.out / "logprobs" / cfg.compare[0][0])["logprob"].to_numpy(zero_copy_only=False)
+    words = read_table(cfg.paths.words)
+    lp_a = read_table(cfg.paths.logprobs(cfg.compare[0][0]))["logprob"].to_numpy(zero_copy_only=False)
     return words, np.nan_to_num(lp_a, nan=-30.0)
 
 
@@ -309,16 +312,16 @@ def _extract(cfg: Config) -> None:
 
 def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, seed: int) -> dict:
     """B = A + N(0, noise_std) with nothing planted, SAE seed `seed`; every kept finding is false."""
-    out = cfg.out / f"null-seed{seed}"
+    out = cfg.paths.null_seed(seed).root
     b_name = cfg.compare[0][1]
-    models = [m.model_copy(update={"path": str(out / "null-B.parquet")}) if m.name == b_name else m for m in cfg.models]
+    models = [m.model_copy(update={"path": str(cfg.paths.null_logprobs(seed))}) if m.name == b_name else m for m in cfg.models]
     sub = cfg.model_copy(update={"output_dir": str(out), "models": models, "sae": cfg.sae.model_copy(update={"seed": seed})})
     _link_inputs(cfg.out, out, logprobs=[cfg.compare[0][0]])
     save_resolved(sub)
     rng = np.random.default_rng(1000 + seed)
     _plant(sub, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
     _extract(sub)
-    findings = read_table(out / "findings.parquet").to_pylist()
+    findings = read_table(sub.paths.findings).to_pylist()
     return {"seed": seed, "kept_findings": len(findings),
             "findings": [{"rule": f["rule"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings]}
 
@@ -342,7 +345,7 @@ def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[in
         masks_by_row = {r: m[at] for r, m in masks.items()}
         results["variants"][name] = score_recovery(cfg.model_copy(update={"output_dir": str(run_dir)}), feat_dir, rules, masks_by_row, source)
     results["null"] = [null_run(cfg, words, lp_a, noise_std, s) for s in null_seeds]
-    atomic_write_json(cfg.out / "planted_results.json", results)
+    atomic_write_json(cfg.paths.planted_results, results)
     print_planted(results)
     return results
 
@@ -351,7 +354,7 @@ def run_ablation(cfg: Config) -> dict:
     """`bbox eval ablation`: the ablation table on an existing run (no ground truth: kept counts and label scores)."""
     results = {}
     for name, (_, feat_dir, _) in ablation_variants(cfg).items():
-        features = read_table(feat_dir / "features.parquet")
+        features = read_table(RunLayout(feat_dir).features)
         kept = features.filter(pc.field("kept")).to_pylist() if features.num_rows else []
         scores = [f.get("label_score") for f in kept if f.get("label_score") is not None]
         results[name] = {
@@ -360,7 +363,7 @@ def run_ablation(cfg: Config) -> dict:
             "mean_label_score": float(np.mean(scores)) if scores else None,
             "mean_abs_median_dlogp_kept": float(np.mean([abs(f["median_dlogp"]) for f in kept])) if kept else None,
         }
-    atomic_write_json(cfg.out / "ablation_results.json", results)
+    atomic_write_json(cfg.paths.ablation_results, results)
     _print_table("Ablations", ["variant", "kept", "mean label score", "mean |median Δ| (kept)"],
                  [[n, r["kept"], _fmt(r["mean_label_score"]), _fmt(r["mean_abs_median_dlogp_kept"])] for n, r in results.items()])
     return results
@@ -384,18 +387,19 @@ def coherence_summary(features: pa.Table, findings: pa.Table) -> dict:
 
 def run_coherence(cfg: Config) -> dict:
     """`bbox eval coherence`: how nameable a finished run's findings are (no ground truth needed)."""
-    summary = coherence_summary(read_table(cfg.out / "features.parquet"), read_table(cfg.out / "findings.parquet"))
-    atomic_write_json(cfg.out / "coherence.json", summary)
+    summary = coherence_summary(read_table(cfg.paths.features), read_table(cfg.paths.findings))
+    atomic_write_json(cfg.paths.coherence, summary)
     _print_table("Coherence of kept latents", ["measure", "value"], [[k, _fmt(v)] for k, v in summary.items()])
     return summary
 
 
 def _finding_rows(run_dir: Path) -> list[tuple[str, str | None, set[tuple[str, int]]]]:
     """Per finding of a run: its winner, its rule, and its train top words as (doc_id, word_idx)."""
-    findings = read_table(run_dir / "findings.parquet").to_pylist()
-    features = read_table(run_dir / "features.parquet")
+    tables = RunLayout(run_dir)
+    findings = read_table(tables.findings).to_pylist()
+    features = read_table(tables.features)
     n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
-    top = read_table(run_dir / "top_activations.parquet").filter(pc.field("split") == "train")
+    top = read_table(tables.top_activations).filter(pc.field("split") == "train")
     keys = list(zip(top["doc_id"].to_pylist(), top["word_idx"].to_pylist()))
     by_latent: dict[int, list] = {}
     for latent, rank, key in zip(top["latent"].to_pylist(), top["rank"].to_pylist(), keys):

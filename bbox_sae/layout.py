@@ -44,6 +44,16 @@ class SaeRunLayout:
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
+    @property
+    def checkpoint_key(self) -> Path:
+        """The train stage key the checkpoints were written under (resume only from the same key)."""
+        return self.checkpoints / "key.txt"
+
+
+def checkpoint_complete(checkpoint: Path) -> Path:
+    """Marker written into a checkpoint folder once all its files are; resume ignores folders without it."""
+    return checkpoint / ".complete"
+
 
 @dataclass(frozen=True)
 class RunLayout:
@@ -197,3 +207,21 @@ class RunLayout:
     @property
     def coherence(self) -> Path:
         return self.root / "coherence.json"
+
+    @property
+    def ablation_w0(self) -> "RunLayout":
+        """`bbox eval ablation`'s w = 0 variant: a run of its own sharing this run's scored words."""
+        return RunLayout(self.root / "ablation-w0")
+
+    @property
+    def planted_logprobs(self) -> Path:
+        """`bbox eval planted`'s model B log-probs, where the planted configs point model B's `path`."""
+        return self.root / "planted-B.parquet"
+
+    def null_seed(self, seed: int | str) -> "RunLayout":
+        """`bbox eval planted`'s null pair for one SAE seed: a run of its own (`"*"`: the glob of them all)."""
+        return RunLayout(self.root / f"null-seed{seed}")
+
+    def null_logprobs(self, seed: int) -> Path:
+        """The null pair's model B log-probs (A plus noise), imported like a user's file."""
+        return self.null_seed(seed).root / "null-B.parquet"

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
 from bbox_sae.errors import LockError
+from bbox_sae.layout import RunLayout
 from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def run_lock(out: Path) -> Iterator[None]:
     import fcntl
 
     out.mkdir(parents=True, exist_ok=True)
-    path = out / ".lock"
+    path = RunLayout(out).lock
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for _ in range(20):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -124,7 +125,7 @@ def run_all(
 def _final_summary(cfg: Config, console) -> None:
     from bbox_sae.artifacts import read_table
 
-    findings = read_table(cfg.out / "findings.parquet").to_pylist()
+    findings = read_table(cfg.paths.findings).to_pylist()
     n_latents = len({m for f in findings for m in f["latents"].split(",")})
     console.print(f"\n{len(findings)} finding(s), proposed by {n_latents} latent(s).")
     by_model: dict[str, list[dict]] = {}
@@ -135,4 +136,4 @@ def _final_summary(cfg: Config, console) -> None:
         for f in rows[:8]:
             label = f["rule"] or f["top_words"]
             console.print(f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  {label}  ({f['top_words'][:40]})")
-    console.print(f"\nReport: {(cfg.out / 'report.html').resolve()}")
+    console.print(f"\nReport: {cfg.paths.report_html.resolve()}")

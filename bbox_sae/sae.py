@@ -27,6 +27,7 @@ from bbox_sae.artifacts import atomic_write_json, atomic_write_text
 from bbox_sae.config import Config, SAEConfig
 from bbox_sae.dataset import open_matrix
 from bbox_sae.errors import ArtifactError, NumericalError
+from bbox_sae.layout import SaeRunLayout, checkpoint_complete, logprob_column
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def sample_weights(cfg: Config, index, train: np.ndarray) -> np.ndarray | None:
     input (with w = 0) stays pure context; the median floor keeps ordinary words in the mix."""
     if cfg.sae.sample_weighting == "none":
         return None
-    gaps = [np.abs(index[f"logprob__{a}"].to_numpy() - index[f"logprob__{b}"].to_numpy())[train] for a, b in cfg.compare]
+    gaps = [np.abs(index[logprob_column(a)].to_numpy() - index[logprob_column(b)].to_numpy())[train] for a, b in cfg.compare]
     gap = np.nan_to_num(np.max(gaps, axis=0), nan=0.0)
     return np.maximum(gap, max(float(np.median(gap)), 1e-6))
 
@@ -109,8 +110,9 @@ def load_sae(run_dir: Path, device: str = "cpu"):
     """The trained inference SAE (TopK, or JumpReLU for BatchTopK)."""
     from sae_lens import SAE
 
-    if not (run_dir / "cfg.json").exists():
-        raise ArtifactError(f"{run_dir}: no trained SAE (cfg.json); run `bbox train`")
+    marker = SaeRunLayout(run_dir).sae_config
+    if not marker.exists():
+        raise ArtifactError(f"{run_dir}: no trained SAE ({marker.name}); run `bbox train`")
     sae = SAE.load_from_disk(run_dir, device=device)
     sae.eval()
     return sae
@@ -220,85 +222,85 @@ def _trainer_class():
 
 
 def _latest_checkpoint(checkpoints: Path) -> Path | None:
-    done = [p for p in checkpoints.glob("*") if p.is_dir() and (p / ".complete").exists() and p.name.isdigit()]
+    done = [p for p in checkpoints.glob("*") if p.is_dir() and checkpoint_complete(p).exists() and p.name.isdigit()]
     return max(done, key=lambda p: int(p.name)) if done else None
 
 
-def _save_inference_model(sae, run_dir: Path) -> None:
+# Temp folders of `_save_inference_model`, in the run dir so the final renames stay on one filesystem.
+_SAVE_PREFIX = ".save."
+
+
+def _save_inference_model(sae, paths: SaeRunLayout) -> None:
     """sae-lens's save, made atomic: weights, then cfg.json (what `load_sae` and `bbox run` look
     for) last, each moved into place by rename, so a kill mid-save leaves no torn model. cfg.json
     is rewritten with sorted keys: sae-lens's key order varies between processes, and a re-run
     should give identical files."""
-    tmp = Path(tempfile.mkdtemp(prefix=".save.", dir=run_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=_SAVE_PREFIX, dir=paths.root))
     try:
         weights, cfg_path = sae.save_inference_model(tmp)
         with open(weights, "rb") as fh:
             os.fsync(fh.fileno())
         cfg_data = json.loads(Path(cfg_path).read_text())
-        os.replace(weights, run_dir / Path(weights).name)
-        atomic_write_json(run_dir / Path(cfg_path).name, cfg_data)
+        os.replace(weights, paths.weights)
+        atomic_write_json(paths.sae_config, cfg_data)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def train_sae(
-    cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None
-) -> dict:
-    """Train one SAE into `run_dir`.
-
-    `resume_key` (set by `bbox run`: the train stage's key) resumes automatically, but only from
-    checkpoints written under the same key, i.e. for the same matrix and settings.
-    """
-    from sae_lens.config import LoggingConfig, SAETrainerConfig
-
-    from bbox_sae.models import resolve_device
-    from bbox_sae.tracking import wandb_run
-
-    sae_cfg = cfg.sae
-    # Withdraw the previous model first: until this run saves its own, nothing in run_dir
-    # claims to be a finished SAE (a killed run must not leave the old one looking current).
-    for name in ("cfg.json", "metrics.json"):
-        (run_dir / name).unlink(missing_ok=True)
-    for stale in run_dir.glob(".save.*"):
+def _withdraw_model(paths: SaeRunLayout) -> None:
+    """Until this run saves its own model, nothing in the run dir claims to be a finished SAE
+    (a killed run must not leave the old one looking current)."""
+    for path in (paths.sae_config, paths.metrics):
+        path.unlink(missing_ok=True)
+    for stale in paths.root.glob(f"{_SAVE_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
-    torch.manual_seed(sae_cfg.seed)
-    device = str(resolve_device(sae_cfg.device))
-    matrix, index, info = open_matrix(cfg)
+
+
+def _split_rows(cfg: Config, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The train-split mask of the index, and the train and holdout matrix rows."""
     split = index["split"].to_numpy(zero_copy_only=False)
     rows = index["row"].to_numpy()
-    train_rows, holdout_rows = rows[split == "train"], rows[split == "holdout"]
+    train = split == "train"
+    train_rows, holdout_rows = rows[train], rows[split == "holdout"]
     if len(train_rows) == 0:
         raise ArtifactError(
-            f"{cfg.out / 'build' / 'index.parquet'}: no training rows: all {len(holdout_rows)} rows are in the holdout split; "
+            f"{cfg.paths.index}: no training rows: all {len(holdout_rows)} rows are in the holdout split; "
             "lower corpus.holdout_fraction or add documents"
         )
-    d_in = matrix.shape[1]
-    total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
-    batch = min(sae_cfg.batch_size, len(train_rows))
-    total_steps = max(1, total_rows // batch)
-    warnings = short_run_warnings(sae_cfg, total_steps, batch)
-    for w in warnings:
-        log.warning("%s: %s", run_dir.name, w)
-    checkpoints = run_dir / "checkpoints"
-    key_file = checkpoints / "key.txt"
+    return train, train_rows, holdout_rows
+
+
+def _resume_point(paths: SaeRunLayout, resume: bool, resume_key: str | None) -> Path | None:
+    """The checkpoint to resume from (None: start afresh, with the old checkpoints removed).
+    With a `resume_key`, resume only from checkpoints written under that key, and claim the
+    checkpoints folder for it."""
     if resume_key is not None:
         try:
-            resume = key_file.read_text().strip() == resume_key
+            resume = paths.checkpoint_key.read_text().strip() == resume_key
         except OSError:
             resume = False
-    latest = _latest_checkpoint(checkpoints) if resume else None
-    if not resume and checkpoints.exists():
-        shutil.rmtree(checkpoints)
+    latest = _latest_checkpoint(paths.checkpoints) if resume else None
+    if not resume and paths.checkpoints.exists():
+        shutil.rmtree(paths.checkpoints)
     if resume_key is not None:
-        atomic_write_text(key_file, resume_key + "\n")
+        atomic_write_text(paths.checkpoint_key, resume_key + "\n")
+    return latest
 
+
+def _starting_sae(sae_cfg: SAEConfig, latest: Path | None, matrix: np.ndarray, train_rows: np.ndarray, device: str):
     if latest is not None:
-        sae = load_training_sae(sae_cfg, latest, device)
-    else:
-        sae = make_training_sae(sae_cfg, d_in, device)
-        with torch.no_grad():
-            sae.b_dec.data = torch.from_numpy(sample_mean(matrix, train_rows, sae_cfg.seed)).to(sae.b_dec)
-    trainer_cfg = SAETrainerConfig(
+        return load_training_sae(sae_cfg, latest, device)
+    sae = make_training_sae(sae_cfg, matrix.shape[1], device)
+    with torch.no_grad():
+        sae.b_dec.data = torch.from_numpy(sample_mean(matrix, train_rows, sae_cfg.seed)).to(sae.b_dec)
+    return sae
+
+
+def _trainer_config(cfg: Config, total_steps: int, batch: int, device: str, checkpoints: Path):
+    from sae_lens.config import LoggingConfig, SAETrainerConfig
+
+    sae_cfg = cfg.sae
+    return SAETrainerConfig(
         total_training_samples=total_steps * batch,
         train_batch_size_samples=batch,
         lr=sae_cfg.lr,
@@ -318,45 +320,105 @@ def train_sae(
             eval_every_n_wandb_logs=10**9,
         ),
     )
-    provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed, weights=sample_weights(cfg, index, split == "train"))
-    trainer = _trainer_class()(trainer_cfg, sae, provider)
+
+
+def _make_trainer(cfg: Config, sae, provider: RowBatches, total_steps: int, batch: int, device: str, paths: SaeRunLayout, latest: Path | None):
+    """The guarded trainer, at `latest`'s step when resuming, checkpointing every `sae.checkpoint_every` steps."""
+
+    def mark_complete(checkpoint_path: Path | None) -> None:
+        # A checkpoint counts only once all its files are written (resume ignores partial ones).
+        if checkpoint_path is not None:
+            checkpoint_complete(Path(checkpoint_path)).write_text(str(trainer.n_training_steps + 1))
+            # Resume needs only the newest complete checkpoint; older ones would pile up without bound.
+            for old in paths.checkpoints.iterdir():
+                if old.is_dir() and old != Path(checkpoint_path):
+                    shutil.rmtree(old, ignore_errors=True)
+
+    trainer_cfg = _trainer_config(cfg, total_steps, batch, device, paths.checkpoints)
+    trainer = _trainer_class()(trainer_cfg, sae, provider, save_checkpoint_fn=mark_complete)
     if latest is not None:
         trainer.load_trainer_state(latest)
         # sae-lens saves mid-step: the sample count includes the checkpointed step, the step count does not.
         trainer.n_training_steps = trainer.n_training_samples // batch
         provider.position = trainer.n_training_steps
-        log.info("resuming %s from step %d", run_dir.name, trainer.n_training_steps)
-    every = sae_cfg.checkpoint_every * batch
+        log.info("resuming %s from step %d", paths.root.name, trainer.n_training_steps)
+    every = cfg.sae.checkpoint_every * batch
     # sae-lens checkpoints once the sample count exceeds a threshold: t - 1 lands exactly on every N steps.
     trainer.checkpoint_thresholds = [t - 1 for t in range(every, total_steps * batch, every) if t > trainer.n_training_samples]
+    return trainer
 
-    def mark_complete(checkpoint_path: Path | None) -> None:
-        # A checkpoint counts only once all its files are written (resume ignores partial ones).
-        if checkpoint_path is not None:
-            (Path(checkpoint_path) / ".complete").write_text(str(trainer.n_training_steps + 1))
-            # Resume needs only the newest complete checkpoint; older ones would pile up without bound.
-            for old in checkpoints.iterdir():
-                if old.is_dir() and old != Path(checkpoint_path):
-                    shutil.rmtree(old, ignore_errors=True)
 
-    trainer.save_checkpoint_fn = mark_complete
+def _calibrate(sae, sae_cfg: SAEConfig, matrix: np.ndarray, train_sample: np.ndarray) -> dict | None:
+    """BatchTopK only: replace sae-lens's running threshold by the calibrated one before saving."""
+    if sae_cfg.architecture != "batchtopk":
+        return None
+    threshold = {"trained": float(sae.topk_threshold), "calibrated": calibrate_batchtopk_threshold(sae, matrix, train_sample)}
+    sae.topk_threshold.fill_(threshold["calibrated"])
+    return threshold
+
+
+def _log_run(run, inference, matrix: np.ndarray, train_rows: np.ndarray, metrics: dict) -> None:
+    import wandb
+
+    freq = _activation_frequency(inference, matrix, train_rows)
+    holdout, training_mode = metrics["holdout"], metrics["training_mode"]["holdout"]
+    run.log(
+        {
+            "eval/holdout_explained_variance": holdout.get("explained_variance"),
+            "eval/holdout_mse": holdout.get("mse"),
+            "eval/holdout_mean_l0": holdout.get("mean_l0"),
+            "eval/holdout_dead_fraction": holdout.get("dead_fraction"),
+            "eval/holdout_explained_variance_training_mode": training_mode.get("explained_variance"),
+            "eval/holdout_mean_l0_training_mode": training_mode.get("mean_l0"),
+            "eval/log10_activation_frequency": wandb.Histogram(np.log10(freq + 1e-10)),
+            "perf/rows_per_s": metrics["rows_per_s"],
+        }
+    )
+    run.summary.update({"metrics": metrics})
+    metrics["wandb_run_id"] = run.id
+
+
+def train_sae(
+    cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None
+) -> dict:
+    """Train one SAE into `run_dir`.
+
+    `resume_key` (set by `bbox run`: the train stage's key) resumes automatically, but only from
+    checkpoints written under the same key, i.e. for the same matrix and settings.
+    """
+    from bbox_sae.models import resolve_device
+    from bbox_sae.tracking import wandb_run
+
+    sae_cfg, paths = cfg.sae, SaeRunLayout(run_dir)
+    _withdraw_model(paths)
+    torch.manual_seed(sae_cfg.seed)
+    device = str(resolve_device(sae_cfg.device))
+    matrix, index, info = open_matrix(cfg)
+    train, train_rows, holdout_rows = _split_rows(cfg, index)
+    total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
+    batch = min(sae_cfg.batch_size, len(train_rows))
+    total_steps = max(1, total_rows // batch)
+    warnings = short_run_warnings(sae_cfg, total_steps, batch)
+    for w in warnings:
+        log.warning("%s: %s", run_dir.name, w)
+    latest = _resume_point(paths, resume, resume_key)
+    sae = _starting_sae(sae_cfg, latest, matrix, train_rows, device)
+    provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed, weights=sample_weights(cfg, index, train))
+    trainer = _make_trainer(cfg, sae, provider, total_steps, batch, device, paths, latest)
     steps_before = trainer.n_training_steps
-    run_config = {"sae": sae_cfg.model_dump(mode="json"), "build": info, "d_in": d_in, "train_rows": len(train_rows)}
+    run_config = {"sae": sae_cfg.model_dump(mode="json"), "build": info, "d_in": matrix.shape[1], "train_rows": len(train_rows)}
     with wandb_run(cfg, "train", config=run_config, group=wandb_group, name=f"train-{run_dir.name}") as run:
         start = time.perf_counter()
         trainer.fit()
         seconds = time.perf_counter() - start
         trained_rows = (trainer.n_training_steps - steps_before) * batch
         train_sample = np.sort(np.random.default_rng(0).choice(train_rows, size=min(20000, len(train_rows)), replace=False))
-        threshold = None
-        if sae_cfg.architecture == "batchtopk":
-            threshold = {"trained": float(sae.topk_threshold), "calibrated": calibrate_batchtopk_threshold(sae, matrix, train_sample)}
-            sae.topk_threshold.fill_(threshold["calibrated"])
+        threshold = _calibrate(sae, sae_cfg, matrix, train_sample)
         training_mode = {
             "holdout": evaluate(sae, matrix, holdout_rows, batch_size=batch),
             "train_sample": evaluate(sae, matrix, train_sample, batch_size=batch),
         }
-        _save_inference_model(sae, run_dir)
+        _save_inference_model(sae, paths)
         inference = load_sae(run_dir, device)
         metrics = {
             "run_name": run_dir.name,
@@ -379,27 +441,11 @@ def train_sae(
             "training_mode": training_mode,
         }
         if run is not None:
-            import wandb
-
-            freq = _activation_frequency(inference, matrix, train_rows)
-            run.log(
-                {
-                    "eval/holdout_explained_variance": metrics["holdout"].get("explained_variance"),
-                    "eval/holdout_mse": metrics["holdout"].get("mse"),
-                    "eval/holdout_mean_l0": metrics["holdout"].get("mean_l0"),
-                    "eval/holdout_dead_fraction": metrics["holdout"].get("dead_fraction"),
-                    "eval/holdout_explained_variance_training_mode": training_mode["holdout"].get("explained_variance"),
-                    "eval/holdout_mean_l0_training_mode": training_mode["holdout"].get("mean_l0"),
-                    "eval/log10_activation_frequency": wandb.Histogram(np.log10(freq + 1e-10)),
-                    "perf/rows_per_s": metrics["rows_per_s"],
-                }
-            )
-            run.summary.update({"metrics": metrics})
-            metrics["wandb_run_id"] = run.id
-    atomic_write_json(run_dir / "metrics.json", metrics)
-    atomic_write_text(run_dir / "config.yaml", cfg.to_yaml())
+            _log_run(run, inference, matrix, train_rows, metrics)
+    atomic_write_json(paths.metrics, metrics)
+    atomic_write_text(paths.run_config, cfg.to_yaml())
     # Finished: only an interrupted run is resumed automatically (`bbox run --force train` retrains).
-    key_file.unlink(missing_ok=True)
+    paths.checkpoint_key.unlink(missing_ok=True)
     return metrics
 
 
@@ -415,7 +461,7 @@ def _activation_frequency(sae, matrix: np.ndarray, rows: np.ndarray, n: int = 20
 
 
 def run_dir_for(cfg: Config) -> Path:
-    return cfg.out / "sae" / cfg.sae.resolved_run_name()
+    return cfg.sae_paths.root
 
 
 def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None) -> dict:
@@ -429,6 +475,3 @@ def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None,
     )
     return metrics
 
-
-def read_metrics(run_dir: Path) -> dict:
-    return json.loads((run_dir / "metrics.json").read_text())

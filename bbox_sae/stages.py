@@ -23,6 +23,7 @@ from typing import Callable
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, sha256_file
 from bbox_sae.config import Config
 from bbox_sae.errors import ArtifactError
+from bbox_sae.layout import RunLayout
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def _ingest(cfg: Config, key: str) -> dict:
     from bbox_sae.scoring.stage import ingest
 
     ingest(cfg)
-    return json.loads((cfg.out / "ingest.json").read_text())
+    return json.loads(cfg.paths.ingest_marker.read_text())
 
 
 def _score(cfg: Config, key: str, models: list[str] | None = None, shard: str | None = None) -> dict:
@@ -57,7 +58,7 @@ def _score(cfg: Config, key: str, models: list[str] | None = None, shard: str | 
     from bbox_sae.scoring.stage import score_documents
     from bbox_sae.tracking import wandb_run
 
-    result = score_documents(cfg, read_table(cfg.out / "documents.parquet"), models, shard)
+    result = score_documents(cfg, read_table(cfg.paths.documents), models, shard)
     with wandb_run(cfg, "score", group=cfg.wandb.group or cfg.out.name) as run:
         if run is not None:
             run.summary.update({"scoring": result})
@@ -128,10 +129,6 @@ def _embed_settings(cfg: Config) -> dict:
     return {"embedding": embedding_settings(cfg.embedding)}
 
 
-def _sae_dir(cfg: Config) -> Path:
-    return cfg.out / "sae" / cfg.sae.resolved_run_name()
-
-
 # Operational knobs (batching, devices, concurrency, retries) are left out of the settings:
 # they do not change a stage's outputs, so changing them must not redo work.
 STAGES: list[Stage] = [
@@ -141,7 +138,7 @@ STAGES: list[Stage] = [
         _ingest,
         inputs=(),
         settings=lambda c: {**_sections(c, "corpus", "seed")},
-        outputs=lambda c: [c.out / "documents.parquet", c.out / "words"],
+        outputs=lambda c: [c.paths.documents, c.paths.words],
         sources=_corpus,
     ),
     Stage(
@@ -150,7 +147,7 @@ STAGES: list[Stage] = [
         _score,
         inputs=("ingest",),
         settings=_score_settings,
-        outputs=lambda c: [c.out / "logprobs" / m.name for m in c.models],
+        outputs=lambda c: [c.paths.logprobs(m.name) for m in c.models],
         sources=_user_logprobs,
     ),
     Stage(
@@ -159,7 +156,7 @@ STAGES: list[Stage] = [
         _embed,
         inputs=("ingest",),
         settings=_embed_settings,
-        outputs=lambda c: [c.out / "embeddings"],
+        outputs=lambda c: [c.paths.embeddings],
     ),
     Stage(
         "build",
@@ -167,7 +164,7 @@ STAGES: list[Stage] = [
         _build,
         inputs=("ingest", "score", "embed"),
         settings=lambda c: {**_sections(c, "build"), "models": [m.name for m in c.models]},
-        outputs=lambda c: [c.out / "build" / "matrix.npy", c.out / "build" / "index.parquet", c.out / "build" / "build.json"],
+        outputs=lambda c: [c.paths.matrix, c.paths.index, c.paths.build_info],
     ),
     Stage(
         "train",
@@ -175,7 +172,7 @@ STAGES: list[Stage] = [
         _train,
         inputs=("build",),
         settings=lambda c: {"sae": c.sae.model_dump(mode="json", exclude={"device", "checkpoint_every"})},
-        outputs=lambda c: [_sae_dir(c) / "sae_weights.safetensors", _sae_dir(c) / "cfg.json"],
+        outputs=lambda c: [c.sae_paths.weights, c.sae_paths.sae_config],
     ),
     Stage(
         "features",
@@ -184,7 +181,7 @@ STAGES: list[Stage] = [
         inputs=("ingest", "build", "train"),
         # Negative examples are drawn here for the labeler's validation, hence the label fields.
         settings=lambda c: {**_sections(c, "features", "compare"), "negatives": [c.label.only_kept, c.label.validation_examples]},
-        outputs=lambda c: [c.out / n for n in ("features.parquet", "findings.parquet", "rules.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json")],
+        outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
     ),
     Stage(
         "label",
@@ -195,7 +192,7 @@ STAGES: list[Stage] = [
         settings=lambda c: {
             "label": c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"})
         },
-        outputs=lambda c: [c.out / "features.parquet"],
+        outputs=lambda c: [c.paths.features],
     ),
     Stage(
         "report",
@@ -203,7 +200,7 @@ STAGES: list[Stage] = [
         _report,
         inputs=("label",),
         settings=lambda c: _sections(c, "report", "wandb"),
-        outputs=lambda c: [c.out / "report.html", c.out / "report.md"],
+        outputs=lambda c: [c.paths.report_html, c.paths.report_md],
     ),
 ]
 STAGE_NAMES = [s.name for s in STAGES]
@@ -233,7 +230,7 @@ def _rewritten_later(stage: Stage, cfg: Config) -> set[Path]:
 
 def read_manifest(out: Path) -> dict:
     try:
-        manifest = json.loads((out / "manifest.json").read_text())
+        manifest = json.loads(RunLayout(out).manifest.read_text())
     except (OSError, ValueError):
         return {"stages": {}}
     if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), dict):
@@ -313,7 +310,7 @@ def _write_entry(cfg: Config, name: str, entry: dict | None) -> None:
         del manifest["stages"][name]
     else:
         manifest["stages"][name] = entry
-    atomic_write_json(cfg.out / "manifest.json", manifest)
+    atomic_write_json(cfg.paths.manifest, manifest)
 
 
 def withdraw(cfg: Config, name: str) -> None:

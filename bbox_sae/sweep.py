@@ -173,13 +173,13 @@ def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wa
         save_resolved(cfg)
         results.append((cfg, run_train(cfg, wandb_group=group)))
     rows = summary_rows(results)
-    out = configs[0].out / "sae"
-    _write_csv(rows, out / "sweep_summary.csv")
-    png = plot_summary(rows, out / "sweep_summary.png")
+    paths = configs[0].paths
+    _write_csv(rows, paths.sweep_summary_csv)
+    png = plot_summary(rows, paths.sweep_summary_png)
     with wandb_run(configs[0], "sweep-summary", config={"sweep": str(path), "runs": len(rows)}, group=group, name=group) as run:
         if run is not None:
             import wandb
 
             run.log({"sweep/summary": wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows]), "sweep/ev_dead_vs_d_sae": wandb.Image(str(png))})
-    _print_table(rows, f"Sweep {Path(path).name}: held-out metrics ({out / 'sweep_summary.csv'}, plot {png.name})")
+    _print_table(rows, f"Sweep {Path(path).name}: held-out metrics ({paths.sweep_summary_csv}, plot {png.name})")
     return rows

@@ -25,7 +25,7 @@ def wandb_run(cfg: Config, job: str, config: dict | None = None, group: str | No
         return
     import wandb
 
-    wandb_dir = cfg.out / "wandb"
+    wandb_dir = cfg.paths.wandb
     wandb_dir.mkdir(parents=True, exist_ok=True)
     # wandb also writes caches and settings under $HOME unless told otherwise.
     os.environ.setdefault("WANDB_CACHE_DIR", str(wandb_dir / ".cache"))
@@ -52,5 +52,5 @@ def wandb_run(cfg: Config, job: str, config: dict | None = None, group: str | No
 
 
 def run_dirs(cfg: Config) -> list[Path]:
-    found = [*(cfg.out / "wandb").rglob("offline-run-*"), *(cfg.out / "wandb").rglob("run-*")]
+    found = [*cfg.paths.wandb.rglob("offline-run-*"), *cfg.paths.wandb.rglob("run-*")]
     return sorted(p for p in found if p.is_dir())

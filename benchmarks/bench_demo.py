@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import DEMO_CONFIG, REPO, base_parser, load_snapshot, print_table, write_results  # noqa: E402
 
+from bbox_sae.layout import RunLayout  # noqa: E402
 from bbox_sae.stages import STAGE_NAMES  # noqa: E402
 
 NAME = "demo"
@@ -134,7 +135,7 @@ def run_stages(config: str, output_dir: Path, overrides: list[str]) -> dict:
 
 def main(argv=None) -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--manifest", default="runs/demo/manifest.json")
+    p.add_argument("--manifest", default=str(RunLayout(Path("runs/demo")).manifest))
     p.add_argument("--config", default=str(DEMO_CONFIG.relative_to(REPO)))
     p.add_argument("--run", action="store_true", help="run every stage under /usr/bin/time -v")
     p.add_argument("--output-dir", default="runs/bench-demo", help="--run: a fresh output dir (deleted first)")

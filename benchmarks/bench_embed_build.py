@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -88,8 +87,10 @@ def synthetic_run(out: Path, rows: int, words_per_doc: int = 200, dim: int = 384
 
     from bbox_sae.artifacts import ShardedTable, atomic_write_table
     from bbox_sae.config import config_from_dict
-    from bbox_sae.corpus import DOCUMENTS_SCHEMA, WORDS_SCHEMA, shard_ranges, split_of
+    from bbox_sae.corpus import shard_ranges, split_of
     from bbox_sae.embedding import embeddings_table
+    from bbox_sae.layout import RunLayout
+    from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
     from bbox_sae.scoring.stage import LOGPROB_SCHEMA
 
     rng = np.random.default_rng(seed)
@@ -106,11 +107,12 @@ def synthetic_run(out: Path, rows: int, words_per_doc: int = 200, dim: int = 384
         },
         schema=DOCUMENTS_SCHEMA,
     )
-    atomic_write_table(out / "documents.parquet", documents)
+    paths = RunLayout(out)
+    atomic_write_table(paths.documents, documents)
     models = ["model-a", "model-b"]
-    tables = {"words": ShardedTable(out / "words"), "embeddings": ShardedTable(out / "embeddings")}
+    tables = {"words": ShardedTable(paths.words), "embeddings": ShardedTable(paths.embeddings)}
     for m in models:
-        tables[m] = ShardedTable(out / "logprobs" / m)
+        tables[m] = ShardedTable(paths.logprobs(m))
     for k, (a, b) in enumerate(shard_ranges(n_docs, shard_docs)):
         ids = doc_ids[a:b]
         n = len(ids) * words_per_doc
@@ -158,10 +160,10 @@ def naive_build(cfg) -> int:
         return pa.concat_tables([pq.read_table(p) for p in sorted(folder.glob("part-*.parquet"))])
 
     models = [m.name for m in cfg.models]
-    words = whole(cfg.out / "words")
-    emb_col = whole(cfg.out / "embeddings")["embedding"].combine_chunks()
+    words = whole(cfg.paths.words)
+    emb_col = whole(cfg.paths.embeddings)["embedding"].combine_chunks()
     emb = emb_col.values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, emb_col.type.list_size)
-    lp = np.stack([whole(cfg.out / "logprobs" / m)["logprob"].to_numpy(zero_copy_only=False) for m in models], axis=1)
+    lp = np.stack([whole(cfg.paths.logprobs(m))["logprob"].to_numpy(zero_copy_only=False) for m in models], axis=1)
     valid = np.isfinite(emb).all(1) & np.isfinite(lp).all(1)
     e, p = emb[valid].astype(np.float64), performance_columns(lp[valid], cfg.build.performance)
     ne, np_ = (e**2).sum(1), (p**2).sum(1)
@@ -169,10 +171,10 @@ def naive_build(cfg) -> int:
     matrix = np.concatenate([a * e, b * p], axis=1).astype(np.float32)
     out = cfg.out / "naive-build"
     out.mkdir(exist_ok=True)
-    np.save(out / "matrix.npy", matrix)
+    np.save(out / cfg.paths.matrix.name, matrix)
     index = words.filter(pa.array(valid)).select(["doc_id", "word_idx", "split"])
     index = index.append_column("row", pa.array(np.arange(index.num_rows)))
-    pq.write_table(index, out / "index.parquet", compression="zstd")
+    pq.write_table(index, out / cfg.paths.index.name, compression="zstd")
     return int(valid.sum())
 
 
@@ -196,7 +198,7 @@ def bench_build(rows: int, repeats: int) -> dict:
         return {
             "rows": info["rows"],
             "d_in": info["d_in"],
-            "shards": len(list((cfg.out / "words").glob("part-*.parquet"))),
+            "shards": len(list(cfg.paths.words.glob("part-*.parquet"))),
             "chunk_rows": info["chunk_rows"],
             "synthetic_setup_s": round(make_s, 2),
             "ours": {"seconds": round(o, 3), "rows_per_s": round(info["rows"] / o, 1), "all_seconds": [round(s, 3) for s in ours_s]},

@@ -44,8 +44,11 @@ def write_matrix(out: Path, rows: int, d_in: int, seed: int = 0, n_dirs: int = 2
     rng = np.random.default_rng(seed)
     directions = rng.normal(size=(n_dirs, d_in)).astype(np.float32)
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    (out / "build").mkdir(parents=True, exist_ok=True)
-    matrix = np.lib.format.open_memmap(out / "build" / "matrix.npy", mode="w+", dtype=np.float32, shape=(rows, d_in))
+    from bbox_sae.layout import RunLayout
+
+    paths = RunLayout(out)
+    paths.build.mkdir(parents=True, exist_ok=True)
+    matrix = np.lib.format.open_memmap(paths.matrix, mode="w+", dtype=np.float32, shape=(rows, d_in))
     for s in range(0, rows, 16384):
         n = min(16384, rows - s)
         codes = np.zeros((n, n_dirs), dtype=np.float32)
@@ -56,9 +59,9 @@ def write_matrix(out: Path, rows: int, d_in: int, seed: int = 0, n_dirs: int = 2
     split = np.where(rng.random(rows) < 0.2, "holdout", "train")
     pq.write_table(
         pa.table({"row": np.arange(rows), "doc_id": [f"d{i // 200}" for i in range(rows)], "word_idx": (np.arange(rows) % 200).astype(np.int32), "split": split}),
-        out / "build" / "index.parquet",
+        paths.index,
     )
-    (out / "build" / "build.json").write_text(json.dumps({"d_in": d_in, "rows": rows, "synthetic": True}))
+    paths.build_info.write_text(json.dumps({"d_in": d_in, "rows": rows, "synthetic": True}))
 
 
 def config_for(out: Path, args, d_sae: int, k: int, architecture: str):
@@ -215,6 +218,8 @@ def main(argv=None) -> int:
     import pyarrow.parquet as pq
     import torch
 
+    from bbox_sae.layout import RunLayout
+
     if args.device.startswith("cuda"):
         torch.ones(1, device=args.device).sum().item()  # CUDA context before either timed loop
     before = load_snapshot()
@@ -222,13 +227,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         start = time.perf_counter()
-        write_matrix(out / "data", args.rows, args.d_in)
+        data = RunLayout(out / "data")
+        write_matrix(data.root, args.rows, args.d_in)
         for a in archs:  # each architecture gets its own output dir over the same matrix files
             (out / a).mkdir()
-            (out / a / "build").symlink_to(out / "data" / "build")
+            RunLayout(out / a).build.symlink_to(data.build)
         setup_s = time.perf_counter() - start
-        matrix = np.load(out / "data" / "build" / "matrix.npy", mmap_mode="r")
-        index = pq.read_table(out / "data" / "build" / "index.parquet")
+        matrix = np.load(data.matrix, mmap_mode="r")
+        index = pq.read_table(data.index)
         train_rows = index["row"].to_numpy()[index["split"].to_numpy(zero_copy_only=False) == "train"]
         for d_sae, k in sizes:
             print(f"[sae] d_in {args.d_in}, d_sae {d_sae}, k {k} ...", file=sys.stderr, flush=True)

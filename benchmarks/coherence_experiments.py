@@ -36,31 +36,34 @@ def rescore(setup: str, variant: str) -> dict:
     from bbox_sae.evaluation import _rows_to_words, coherence_summary, load_rules, rule_masks, score_recovery, stability
     from bbox_sae.features import run_features
     from bbox_sae.labeling import run_label
+    from bbox_sae.layout import RunLayout
 
     path = RESULTS / f"{setup}__{variant}.json"
     row = json.loads(path.read_text())
     out = REPO / "runs" / "exp" / setup / variant
-    runs = [out, *sorted(out.glob("null-seed*")), *sorted(out.glob("seed[0-9]*"))]
+    paths = RunLayout(out)
+    null_runs = sorted(out.glob(paths.null_seed("*").root.name))
+    runs = [out, *null_runs, *sorted(out.glob("seed[0-9]*"))]
     # The variant's own settings win over the saved config, whose defaults may have changed since.
     settings = [o for o in row["overrides"] if not o.startswith("models.")]
     for run in runs:
-        saved = run / "config.yaml" if (run / "config.yaml").exists() else out / "config.yaml"
+        saved = RunLayout(run).config if RunLayout(run).config.exists() else paths.config
         cfg = load_config(saved, settings, output_dir=str(run))
         run_features(cfg)
         run_label(cfg)
-    cfg = load_config(out / "config.yaml", settings)
+    cfg = load_config(paths.config, settings)
     _, rules = SETUPS[setup]
     if rules:
         rule_list, _, _ = load_rules(REPO / rules)
-        words = read_table(out / "words")
+        words = read_table(paths.words)
         masks = rule_masks(words, rule_list)
         at = _rows_to_words(words, out)
         result = score_recovery(cfg, out, rule_list, {k: v[at] for k, v in masks.items()}, "sae")
-        nulls = [read_table(r / "findings.parquet").num_rows for r in sorted(out.glob("null-seed*"))]
+        nulls = [read_table(RunLayout(r).findings).num_rows for r in null_runs]
         row = {**row, **result, "null_kept": nulls}
     else:
-        findings = read_table(out / "findings.parquet").to_pylist()
-        row = {**row, **coherence_summary(read_table(out / "features.parquet"), read_table(out / "findings.parquet"))}
+        findings = read_table(paths.findings).to_pylist()
+        row = {**row, **coherence_summary(read_table(paths.features), read_table(paths.findings))}
         row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
         if row.get("stability"):
             row["stability"] = {**stability([out, *sorted(out.glob("seed[0-9]*"))]), "runs": row["stability"]["runs"]}
@@ -72,13 +75,15 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
     from bbox_sae.config import load_config, save_resolved
     from bbox_sae.evaluation import _extract, _link_inputs, coherence_summary, run_planted, stability
     from bbox_sae.artifacts import read_table
+    from bbox_sae.layout import RunLayout
 
     config, rules = SETUPS[setup]
     base = load_config(REPO / config)
     out = REPO / "runs" / "exp" / setup / variant
+    paths = RunLayout(out)
     if rules:
         b_name = base.compare[0][1]
-        overrides = [*overrides, f"models.{[m.name for m in base.models].index(b_name)}.path={out / 'planted-B.parquet'}"]
+        overrides = [*overrides, f"models.{[m.name for m in base.models].index(b_name)}.path={paths.planted_logprobs}"]
     cfg = load_config(REPO / config, overrides, output_dir=str(out))
     _link_inputs(base.out.resolve(), out, logprobs=[cfg.compare[0][0]] if rules else None)
     save_resolved(cfg)
@@ -87,7 +92,7 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
         row = {**results["variants"]["full"], "null_kept": [r["kept_findings"] for r in results["null"]]}
     else:
         _extract(cfg)
-        row = coherence_summary(read_table(out / "features.parquet"), read_table(out / "findings.parquet"))
+        row = coherence_summary(read_table(paths.features), read_table(paths.findings))
         if stability_seeds > 1:
             dirs = [out]
             for seed in range(1, stability_seeds):
@@ -96,7 +101,7 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
                 _extract(seed_cfg)
                 dirs.append(seed_cfg.out)
             row["stability"] = {**stability(dirs), "runs": stability_seeds}
-        findings = read_table(out / "findings.parquet").to_pylist()
+        findings = read_table(paths.findings).to_pylist()
         row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
     row.update(setup=setup, variant=variant, overrides=overrides[: len(overrides) - (1 if rules else 0)], null_seeds=null_seeds)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
         print(f"planted_recovery: error: {err}", file=sys.stderr)
         return 2
     (REPO / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
-    shutil.copy(cfg.out / "planted_results.json", REPO / "benchmarks" / "results" / "planted.json")
+    shutil.copy(cfg.paths.planted_results, REPO / "benchmarks" / "results" / "planted.json")
     return 0
 
 
