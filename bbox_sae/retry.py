@@ -1,10 +1,68 @@
-"""Retry timing shared by the HTTP clients (labeling's chat endpoint, remote scoring)."""
+"""One retry policy for the HTTP clients (labeling's chat endpoint, remote scoring): which
+failures are worth another attempt, how each is described, and how long to wait."""
 
 from __future__ import annotations
 
 import email.utils
+import json
 import time
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+import openai
+
+# Besides 5xx: statuses that say "try again later" rather than "this request is wrong".
+RETRY_STATUS = frozenset({408, 409, 429})
+# A wrong key, model or URL: every other request to that endpoint would fail the same way.
+FATAL_STATUS = frozenset({401, 403, 404})
+
+
+class MalformedReply(Exception):
+    """The endpoint answered, but not in the shape asked for (retryable: a server under load
+    may truncate a body, and sampling may fix a reply)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What to do about a failed request: `retry` it later, `fail` it alone (the request is
+    wrong), or stop everything (`fatal`: no request to that endpoint can succeed)."""
+
+    action: Literal["retry", "fail", "fatal"]
+    description: str  # one line, for logs and error messages
+    retry_after_s: float | None = None  # the server's Retry-After, if it sent one
+
+
+# Everything `classify` knows how to judge: catch these around a request, let anything else propagate.
+REQUEST_ERRORS = (openai.APIError, TimeoutError, json.JSONDecodeError, UnicodeDecodeError, MalformedReply)
+
+
+def classify(err: BaseException, timeout_s: float | None = None) -> Failure:
+    """Classify an exception from an `openai` client call (including the JSON decoder's, which
+    the client passes through), our own deadline's TimeoutError, or MalformedReply;
+    `timeout_s` is named in the description of a timeout."""
+    if isinstance(err, openai.APIStatusError):
+        status = err.status_code
+        detail = err.body.get("message") if isinstance(err.body, dict) else None
+        detail = " ".join(str(detail if detail is not None else err.response.text).split())[:300]
+        description = f"HTTP {status}" + (f": {detail}" if detail else "")
+        if status in FATAL_STATUS:
+            return Failure("fatal", description)
+        if status in RETRY_STATUS or status >= 500:
+            return Failure("retry", description, retry_after_seconds(err.response.headers))
+        return Failure("fail", description)
+    if isinstance(err, (openai.APITimeoutError, TimeoutError)):
+        within = f": no answer within {timeout_s:g} s" if timeout_s is not None else ""
+        return Failure("retry", f"timed out{within}")
+    if isinstance(err, openai.APIConnectionError):
+        cause = err.__cause__
+        return Failure("retry", f"connection failed: {type(cause).__name__}: {cause}" if cause else "connection failed")
+    if isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)):
+        # The client hands a truncated JSON body on as the decoder's error.
+        return Failure("retry", f"malformed JSON ({err})")
+    if isinstance(err, MalformedReply):
+        return Failure("retry", str(err))
+    # e.g. a body the client could not parse into its response type: asking again will not help.
+    return Failure("fail", f"{type(err).__name__}: {err}")
 
 
 def backoff_delay(retry: int, base_s: float, max_s: float, jitter: float, retry_after_s: float | None) -> float:

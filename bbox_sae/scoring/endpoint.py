@@ -2,9 +2,11 @@
 
 Windows are planned with the local tokenizer exactly as HFScorer plans them, so a document
 gets the same tokens, start token and sliding windows as on the local path. Each window is
-sent as its token ids (`prompt_format: tokens`, which vLLM accepts) or as its text (`text`,
-for servers that only take strings), with `echo` and `max_tokens` 0 so the server scores the
-prompt and generates nothing; with `prompt_logprobs` vLLM's extension is read instead.
+sent through the `openai` client's `completions.create` as its token ids (`prompt_format:
+tokens`, which vLLM accepts) or as its text (`text`, for servers that only take strings), with
+`echo` and `max_tokens` 0 so the server scores the prompt and generates nothing; with
+`prompt_logprobs` vLLM's extension (passed in `extra_body`) is read instead. Which failures are
+retried is decided by `bbox_sae.retry`, the policy labeling uses too.
 
 A server answer is used only when it provably scored the tokens we sent:
 - echo: one entry per prompt token plus exactly `max_tokens` generated ones, the first entry
@@ -18,18 +20,17 @@ Anything else raises EndpointError naming the document: wrong numbers are never 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-import httpx
 import numpy as np
+import openai
 
 from bbox_sae.errors import ConfigError, EndpointError
-from bbox_sae.retry import backoff_delay, retry_after_seconds
+from bbox_sae.retry import REQUEST_ERRORS, MalformedReply, backoff_delay, classify
 from bbox_sae.scoring.base import TokenScores, Window, plan_windows
 from bbox_sae.scoring.hf import start_token_id, tokenize_with_offsets
 
@@ -38,32 +39,27 @@ log = logging.getLogger(__name__)
 # vLLM clamps -inf log-probs to this so they survive JSON; we undo it.
 VLLM_LOGPROB_FLOOR = -9999.0
 
-# Besides 5xx: statuses that say "try again later" rather than "this request is wrong".
-_RETRY_STATUS = {408, 409, 429}
 
-class _Transient(Exception):
-    """A failed attempt worth retrying; `retry_after_s` is the server's Retry-After, if any."""
-
-    def __init__(self, message: str, retry_after_s: float | None = None):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-def completions_url(base: str) -> str:
-    base = base.rstrip("/")
+def api_base(endpoint: str) -> str:
+    """The client's base URL for an endpoint given as the server root, `.../v1` or the full
+    `.../v1/completions` URL (the client appends `/completions` itself)."""
+    base = endpoint.rstrip("/")
     if base.endswith("/completions"):
-        return base
-    if base.endswith("/v1"):
-        return base + "/completions"
-    return base + "/v1/completions"
+        return base.removesuffix("/completions")
+    return base if base.endswith("/v1") else base + "/v1"
 
 
 @dataclass
 class _Replica:
-    url: str
+    base_url: str
+    client: openai.AsyncOpenAI | None = None  # one per `score` call: its connections belong to that call's event loop
     in_flight: int = 0
     failures_in_row: int = 0
     down_until: float = 0.0  # event-loop time
+
+    @property
+    def url(self) -> str:
+        return self.base_url + "/completions"
 
 
 class EndpointScorer:
@@ -110,7 +106,7 @@ class EndpointScorer:
         self.served_model = served_model or name
         self.window = window
         self.stride = stride
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.api_key = api_key
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.max_retries = max_retries
@@ -122,7 +118,7 @@ class EndpointScorer:
         self.rng = random.Random(seed)
         self.retries = 0
         self.failures = 0
-        self.replicas = [_Replica(completions_url(u)) for u in endpoints]
+        self.replicas = [_Replica(api_base(u)) for u in endpoints]
         self._next = 0
         self._slots: asyncio.Condition | None = None
 
@@ -166,10 +162,6 @@ class EndpointScorer:
         results are yielded in document order, and the first failure anywhere is raised at once."""
         docs = list(documents)
         loop = asyncio.new_event_loop()
-        client = httpx.AsyncClient(
-            timeout=self.timeout_s,
-            limits=httpx.Limits(max_connections=self.concurrency * len(self.replicas)),
-        )
         tasks: list[asyncio.Task] = []
         failed = loop.create_future()
 
@@ -181,8 +173,13 @@ class EndpointScorer:
             self._slots = asyncio.Condition()
             for r in self.replicas:
                 r.in_flight, r.failures_in_row, r.down_until = 0, 0, 0.0
+                # An explicit key (never the client's OPENAI_API_KEY fallback, which would send a
+                # user's OpenAI key to this server); max_retries=0: retries are ours, per replica.
+                r.client = openai.AsyncOpenAI(
+                    base_url=r.base_url, api_key=self.api_key or "EMPTY", max_retries=0, timeout=self.timeout_s
+                )
             for doc_id, text in docs:
-                task = loop.create_task(self._score_doc(client, doc_id, text))
+                task = loop.create_task(self._score_doc(doc_id, text))
                 task.add_done_callback(note_failure)
                 tasks.append(task)
             for task in tasks:
@@ -198,16 +195,22 @@ class EndpointScorer:
             elif not failed.cancelled():
                 failed.exception()  # retrieved, so asyncio does not warn when we stopped early
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-            loop.run_until_complete(client.aclose())
+            loop.run_until_complete(self._close_clients())
             loop.close()
+
+    async def _close_clients(self) -> None:
+        clients = [r.client for r in self.replicas if r.client is not None]
+        for r in self.replicas:
+            r.client = None
+        await asyncio.gather(*(c.close() for c in clients))
 
     # -- documents and windows ------------------------------------------------------------------
 
-    async def _score_doc(self, client: httpx.AsyncClient, doc_id: str, text: str) -> TokenScores:
+    async def _score_doc(self, doc_id: str, text: str) -> TokenScores:
         ids, offsets = tokenize_with_offsets(self.tokenizer, text)
         input_ids = [self.start_id, *ids.tolist()]
         windows = plan_windows(len(ids), self.window, self.stride)
-        parts = await asyncio.gather(*(self._score_window(client, doc_id, text, input_ids, offsets, w) for w in windows))
+        parts = await asyncio.gather(*(self._score_window(doc_id, text, input_ids, offsets, w) for w in windows))
         lp = np.concatenate(parts) if parts else np.zeros(0)
         if len(lp) != len(ids):
             raise EndpointError(f"model '{self.name}': document '{doc_id}': scored {len(lp)} of {len(ids)} tokens")
@@ -220,18 +223,25 @@ class EndpointScorer:
         prefix = self.start_text if w.begin == 0 else ""
         return prefix + text[c0:c1], c0
 
-    def _payload(self, prompt) -> dict:
-        payload = {"model": self.served_model, "prompt": prompt, "echo": True, "max_tokens": self.max_tokens, "temperature": 0.0}
+    def _request(self, prompt: str | list[int]) -> dict:
+        """Arguments of `completions.create`: echo the prompt, generate `max_tokens` (0 or 1)."""
+        extra: dict = {}
         if self.prompt_logprobs:
-            payload["prompt_logprobs"] = 0
-        else:
-            payload["logprobs"] = 1
+            extra["prompt_logprobs"] = 0  # vLLM's extension, outside the OpenAI schema
         if self.prompt_format == "text":
             # vLLM would otherwise prepend BOS to a text prompt; we send the start token ourselves.
-            payload["add_special_tokens"] = False
-        return payload
+            extra["add_special_tokens"] = False
+        return {
+            "model": self.served_model,
+            "prompt": prompt,
+            "echo": True,
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "logprobs": openai.omit if self.prompt_logprobs else 1,
+            "extra_body": extra or None,
+        }
 
-    async def _score_window(self, client, doc_id: str, text: str, input_ids: list[int], offsets: np.ndarray, w: Window) -> np.ndarray:
+    async def _score_window(self, doc_id: str, text: str, input_ids: list[int], offsets: np.ndarray, w: Window) -> np.ndarray:
         sent = input_ids[w.begin : w.end]
         if self.prompt_format == "text":
             first = max(w.begin, 1) - 1
@@ -243,10 +253,9 @@ class EndpointScorer:
             prompt, c0 = self._window_text(text, offsets, w)
         else:
             prompt = sent
-        body = await self._post(client, doc_id, self._payload(prompt))
+        choice = await self._post(doc_id, self._request(prompt))
         where = f"model '{self.name}': document '{doc_id}', tokens {w.begin}-{w.end - 1}"
         try:
-            choice = body["choices"][0]
             if self.prompt_logprobs:
                 lps = _prompt_logprob_entries(choice, sent)
             else:
@@ -261,7 +270,7 @@ class EndpointScorer:
         except _Misaligned as err:
             self.failures += 1
             raise EndpointError(f"{where}: the server's answer cannot be aligned with the local tokenizer: {err}") from None
-        except (KeyError, IndexError, TypeError, ValueError) as err:
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as err:
             self.failures += 1
             raise EndpointError(f"{where}: unexpected response shape ({type(err).__name__}: {err})") from None
         out = np.asarray(targets, dtype=np.float64)
@@ -307,48 +316,40 @@ class EndpointScorer:
                 replica.down_until = asyncio.get_running_loop().time() + rest
             self._slots.notify()
 
-    async def _attempt(self, client: httpx.AsyncClient, replica: _Replica, payload: dict) -> dict:
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                resp = await client.post(replica.url, json=payload, headers=self.headers)
-        except (TimeoutError, httpx.TimeoutException):
-            raise _Transient(f"no answer within {self.timeout_s:g} s") from None
-        except httpx.TransportError as err:
-            raise _Transient(f"connection failed: {type(err).__name__}: {err}") from None
-        if resp.status_code != 200:
-            detail = resp.text[:300].strip()
-            message = f"HTTP {resp.status_code}: {detail}"
-            if resp.status_code in _RETRY_STATUS or resp.status_code >= 500:
-                raise _Transient(message, retry_after_seconds(resp.headers))
-            raise EndpointError(message)
-        try:
-            body = resp.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise _Transient(f"malformed JSON ({err})") from None
-        if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
-            raise _Transient(f"malformed response (no choices): {str(body)[:200]}")
-        return body
+    async def _attempt(self, replica: _Replica, request: dict):
+        """One request to one replica; the first choice of its answer."""
+        assert replica.client is not None
+        # The client's timeout bounds each read; this bounds the whole answer.
+        async with asyncio.timeout(self.timeout_s):
+            response = await replica.client.completions.create(**request)
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise MalformedReply(f"malformed response (no choices): {str(response)[:200]}")
+        return choices[0]
 
-    async def _post(self, client: httpx.AsyncClient, doc_id: str, payload: dict) -> dict:
+    async def _post(self, doc_id: str, request: dict):
         replica = None
         for attempt in range(self.max_retries + 1):
             replica = await self._acquire(avoid=replica)
             ok = None
             try:
-                body = await self._attempt(client, replica, payload)
+                choice = await self._attempt(replica, request)
                 ok = True
-                return body
-            except EndpointError as err:
-                self.failures += 1
-                raise EndpointError(f"model '{self.name}': document '{doc_id}': {replica.url} refused the request: {err}") from None
-            except _Transient as err:
-                ok, last, retry_after = False, str(err), err.retry_after_s
+                return choice
+            except REQUEST_ERRORS as err:
+                failure = classify(err, self.timeout_s)
+                if failure.action != "retry":
+                    self.failures += 1
+                    raise EndpointError(
+                        f"model '{self.name}': document '{doc_id}': {replica.url} refused the request: {failure.description}"
+                    ) from None
+                ok, last = False, failure.description
             finally:
                 await self._release(replica, ok)
             if attempt == self.max_retries:
                 break
             self.retries += 1
-            wait = backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self.rng.random(), retry_after)
+            wait = backoff_delay(attempt, self.backoff_base_s, self.backoff_max_s, self.rng.random(), failure.retry_after_s)
             log.info("model '%s': document '%s': %s: %s; retrying in %.2f s", self.name, doc_id, replica.url, last, wait)
             await asyncio.sleep(wait)
         self.failures += 1
@@ -362,12 +363,12 @@ class _Misaligned(Exception):
     pass
 
 
-def _echo_entries(choice: dict, n_sent: int, max_tokens: int) -> tuple[list[str], list[float | None]]:
+def _echo_entries(choice, n_sent: int, max_tokens: int) -> tuple[list[str], list[float | None]]:
     """Token strings and log-probs of the prompt positions of an `echo` answer."""
-    lp = choice["logprobs"]
-    if not isinstance(lp, dict):
+    lp = choice.logprobs
+    if lp is None:
         raise _Misaligned("no `logprobs` in the answer (does the server support echo with logprobs?)")
-    tokens, logprobs, offsets = lp["tokens"], lp["token_logprobs"], lp["text_offset"]
+    tokens, logprobs, offsets = lp.tokens, lp.token_logprobs, lp.text_offset
     if not len(tokens) == len(logprobs) == len(offsets):
         raise _Misaligned(f"{len(tokens)} tokens, {len(logprobs)} token_logprobs and {len(offsets)} text_offsets")
     if len(tokens) != n_sent + max_tokens:
@@ -383,9 +384,10 @@ def _echo_entries(choice: dict, n_sent: int, max_tokens: int) -> tuple[list[str]
     return tokens[:n_sent], logprobs[:n_sent]
 
 
-def _prompt_logprob_entries(choice: dict, sent: list[int]) -> list[float | None]:
-    """vLLM's prompt_logprobs: one entry per prompt token, a dict keyed by token id."""
-    entries = choice["prompt_logprobs"]
+def _prompt_logprob_entries(choice, sent: list[int]) -> list[float | None]:
+    """vLLM's prompt_logprobs (a field the client keeps as parsed JSON): one entry per prompt
+    token, a dict keyed by token id."""
+    entries = getattr(choice, "prompt_logprobs", None)
     if not isinstance(entries, list):
         raise _Misaligned("no `prompt_logprobs` in the answer (is the server vLLM?)")
     if len(entries) != len(sent):

@@ -71,7 +71,6 @@ class HFScorer:
         dtype: torch.dtype | None = None,
         head: str = "model",
         refine_top: int = 32,
-        show_progress: bool = False,
     ):
         self.name = name
         self.model = model
@@ -84,7 +83,6 @@ class HFScorer:
         self.stride = min(stride, self.window - 1)
         self.batch_size = batch_size
         self.logprob_chunk = logprob_chunk
-        self.show_progress = show_progress
         self.device = next(model.parameters()).device
         self._body = model.base_model
         self._head = model.get_output_embeddings()

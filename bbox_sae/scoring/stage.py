@@ -1,10 +1,10 @@
 """The score stage: ingest the corpus into words, then per-word log-probs for every model.
 
-Artifacts (see README "Artifacts"):
-- `documents.parquet`: doc_id, text, split, domain, shard
-- `words/`: sharded; doc_id, word_idx, char_start, char_end, word, split, domain
-- `logprobs/<model>/`: sharded; doc_id, word_idx, logprob (null where the model gave NaN/inf)
-Shard k holds documents [k * shard_docs, (k + 1) * shard_docs) of documents.parquet in every
+Artifacts (`cfg.paths.<name>`; files and columns in docs/artifacts.md):
+- `documents`: doc_id, text, split, domain, shard
+- `words`: sharded; doc_id, word_idx, char_start, char_end, word, split, domain
+- `logprobs(model)`: sharded; doc_id, word_idx, logprob (null where the model gave NaN/inf)
+Shard k holds documents [k * shard_docs, (k + 1) * shard_docs) of `documents` in every
 table, so a killed run redoes only unfinished shards and sharded workers never collide.
 """
 
@@ -27,7 +27,7 @@ from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_tab
 from bbox_sae.config import Config, ModelConfig
 from bbox_sae.corpus import IngestStats, corpus_fingerprint, documents_table, load_documents, shard_key, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
-from bbox_sae.scoring.base import ScoringStats
+from bbox_sae.scoring.base import Scorer, ScoringStats
 from bbox_sae.words import word_spans
 
 log = logging.getLogger(__name__)
@@ -36,44 +36,44 @@ LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), (
 
 
 def ingest(cfg: Config) -> pa.Table:
-    """Read the corpus into documents.parquet and words/ (skipped when up to date)."""
-    out = cfg.out
-    marker = out / "ingest.json"
+    """Read the corpus into `documents` and `words` (skipped when up to date)."""
+    paths = cfg.paths
+    marker = paths.ingest_marker
     fingerprint = cfg.section_hash("corpus", "seed") + corpus_fingerprint(cfg.corpus)
-    if marker.exists() and (out / "documents.parquet").exists():
+    if marker.exists() and paths.documents.exists():
         try:
             meta = json.loads(marker.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             meta = {}
-        words = ShardedTable(out / "words")
-        # Reuse only intact output: documents.parquet as checksummed in the marker, every words/
+        words = ShardedTable(paths.words)
+        # Reuse only intact output: `documents` as checksummed in the marker, every `words`
         # shard present and matching its checksum. Anything else is re-ingested (cheap, and
-        # intact words/ shards are kept), never read.
+        # intact `words` shards are kept), never read.
         if (
             meta.get("fingerprint") == fingerprint
-            and meta.get("documents_sha256") == sha256_file(out / "documents.parquet")
+            and meta.get("documents_sha256") == sha256_file(paths.documents)
             and words.indices() == list(range(meta.get("shards", -1)))
             and not words.orphans()
             and not words.verify()
         ):
-            return read_table(out / "documents.parquet")
+            return read_table(paths.documents)
     # The corpus changed (or the last ingest did not finish): withdraw the old claim first, so a
     # failed ingest cannot leave the previous corpus's documents looking current to later stages.
     marker.unlink(missing_ok=True)
-    (out / "documents.parquet").unlink(missing_ok=True)
+    paths.documents.unlink(missing_ok=True)
     stats = IngestStats()
     docs = load_documents(cfg.corpus, seed=cfg.seed, stats=stats)
     documents = documents_table(docs, cfg.corpus.holdout_fraction, cfg.seed, cfg.corpus.shard_docs)
-    words = ShardedTable(out / "words")
+    words = ShardedTable(paths.words)
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
     for k, (a, b) in enumerate(ranges):
         part = documents.slice(a, b - a)
-        # The split and domain are columns of words/ too: a new holdout_fraction or seed must redo the shard.
+        # The split and domain are columns of `words` too: a new holdout_fraction or seed must redo the shard.
         key = shard_key(part, columns=("doc_id", "text", "split", "domain"))
         if not words.has(k, key):
             words.write(k, words_table(part), key)
     words.remove_extra(set(range(len(ranges))))
-    documents_sha256 = atomic_write_table(out / "documents.parquet", documents)
+    documents_sha256 = atomic_write_table(paths.documents, documents)
     n_holdout = int(pc.sum(pc.equal(documents["split"], "holdout")).as_py() or 0)
     atomic_write_json(
         marker,
@@ -110,7 +110,7 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     return i, n
 
 
-def make_scorer(model_cfg: ModelConfig, cfg: Config, show_progress: bool = True):
+def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
     """Build the scorer a model's `source` names (loading weights for local models)."""
     if model_cfg.source == "endpoint":
         from bbox_sae.scoring.endpoint import EndpointScorer
@@ -179,7 +179,7 @@ def logprob_shard_keys(model_cfg: ModelConfig, documents: pa.Table, ranges: list
     return {k: shard_key(documents.slice(a, b - a), *settings) for k, (a, b) in enumerate(ranges)}
 
 
-def _score_in_groups(scorer, pairs: list[tuple[str, str]], model_cfg: ModelConfig):
+def _score_in_groups(scorer: Scorer, pairs: list[tuple[str, str]], model_cfg: ModelConfig):
     """Score a shard a few batches at a time, so the progress bar moves within a shard
     (scores do not depend on how documents are batched)."""
     in_flight = model_cfg.concurrency * len(model_cfg.endpoints) if model_cfg.source == "endpoint" else 1
@@ -195,7 +195,7 @@ def word_logprob_rows(doc_id: str, text: str, offsets: np.ndarray, logprobs: np.
 
 
 def score_model(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, shard: tuple[int, int] = (0, 1)) -> dict:
-    table = ShardedTable(cfg.out / "logprobs" / model_cfg.name)
+    table = ShardedTable(cfg.paths.logprobs(model_cfg.name))
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
     mine = [k for k in range(len(ranges)) if k % shard[1] == shard[0]]
     keys = logprob_shard_keys(model_cfg, documents, ranges)
@@ -216,7 +216,7 @@ def score_model(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, shard:
     return _finish(stats, scorer, start)
 
 
-def _finish(stats: ScoringStats, scorer, start: float) -> dict:
+def _finish(stats: ScoringStats, scorer: Scorer, start: float) -> dict:
     stats.seconds = time.perf_counter() - start
     stats.retries = getattr(scorer, "retries", 0)
     stats.failures = getattr(scorer, "failures", 0)
@@ -230,7 +230,7 @@ def throughput_line(name: str, d: dict) -> str:
     )
 
 
-def _score_shards(model_cfg: ModelConfig, scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats) -> None:
+def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats) -> None:
     total_docs = sum(b - a for _, (a, b), _ in todo)
     with tqdm(total=total_docs, desc=f"score {model_cfg.name}", unit="doc", leave=False) as bar:
         for k, (a, b), key in todo:
@@ -300,11 +300,11 @@ def _cast_user_columns(src: Path, theirs: pa.Table) -> pa.Table:
 
 
 def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, table: ShardedTable, ranges, keys) -> None:
-    """Users' own per-word log-probs: validated against words/ and re-sharded like ours."""
+    """Users' own per-word log-probs: validated against `words` and re-sharded like ours."""
     src = user_logprobs_path(model_cfg)
     theirs = read_table(src)
     require_columns(theirs, ["doc_id", "word_idx", "logprob"], str(src))
-    words = read_table(cfg.out / "words", columns=["doc_id", "word_idx"])
+    words = read_table(cfg.paths.words, columns=["doc_id", "word_idx"])
     theirs = _cast_user_columns(src, theirs.select(["doc_id", "word_idx", "logprob"]))
     theirs = _null_nonfinite(model_cfg.name, src, theirs)
     joined = words.join(theirs, keys=["doc_id", "word_idx"], join_type="left outer")
@@ -315,7 +315,7 @@ def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, ta
     matched = words.join(theirs.select(["doc_id", "word_idx"]), keys=["doc_id", "word_idx"], join_type="inner").num_rows
     extra = theirs.num_rows - matched
     if extra:
-        raise ArtifactError(f"{src}: {extra} row(s) name words not in words.parquet (different segmentation or corpus?)")
+        raise ArtifactError(f"{src}: {extra} row(s) name words not in {cfg.paths.words} (different segmentation or corpus?)")
     if n_missing:
         log.warning("model '%s': %d word(s) have no log-prob in %s; they are excluded", model_cfg.name, n_missing, src)
     for k, (a, b) in enumerate(ranges):
@@ -332,7 +332,7 @@ def check_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig] |
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
     missing = {}
     for m in models or cfg.models:
-        table = ShardedTable(cfg.out / "logprobs" / m.name)
+        table = ShardedTable(cfg.paths.logprobs(m.name))
         keys = logprob_shard_keys(m, documents, ranges)
         missing[m.name] = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
     return missing
@@ -350,27 +350,27 @@ def score_documents(cfg: Config, documents: pa.Table, models: list[str] | None =
     for m in chosen:
         report[m.name] = score_model(cfg, m, documents, shard)
         tqdm.write(throughput_line(m.name, report[m.name]), file=sys.stderr)
-        table = ShardedTable(cfg.out / "logprobs" / m.name)
+        table = ShardedTable(cfg.paths.logprobs(m.name))
         table.remove_extra(set(range(len(shard_ranges(documents.num_rows, cfg.corpus.shard_docs)))))
     if shard == (0, 1):
         missing = {k: v for k, v in check_complete(cfg, documents, chosen).items() if v}
         if missing:
             raise ArtifactError(f"scoring incomplete: missing shards {missing}")
         for m in chosen:
-            bad = ShardedTable(cfg.out / "logprobs" / m.name).verify()
+            bad = ShardedTable(cfg.paths.logprobs(m.name)).verify()
             if bad:
-                raise ArtifactError(f"logprobs/{m.name}: shard(s) {bad} failed their checksum; re-run `bbox score`")
-    atomic_write_json(cfg.out / "logprobs" / f"stats-{shard[0]}of{shard[1]}.json", report)
+                raise ArtifactError(f"{cfg.paths.logprobs(m.name)}: shard(s) {bad} failed their checksum; re-run `bbox score`")
+    atomic_write_json(cfg.paths.score_stats(*shard), report)
     return report
 
 
 def merge(cfg: Config) -> None:
     """Check that every worker's shards are complete and intact (`bbox merge`)."""
-    documents = read_table(cfg.out / "documents.parquet")
+    documents = read_table(cfg.paths.documents)
     missing = {k: v for k, v in check_complete(cfg, documents).items() if v}
     if missing:
         raise ArtifactError(f"scoring incomplete: missing shards {missing}")
     for m in cfg.models:
-        bad = ShardedTable(cfg.out / "logprobs" / m.name).verify()
+        bad = ShardedTable(cfg.paths.logprobs(m.name)).verify()
         if bad:
-            raise ArtifactError(f"logprobs/{m.name}: shard(s) {bad} failed their checksum; re-run the worker that owns them")
+            raise ArtifactError(f"{cfg.paths.logprobs(m.name)}: shard(s) {bad} failed their checksum; re-run the worker that owns them")

@@ -1,4 +1,4 @@
-"""Hostile input (issue 11, part 1): corpus ingest and config loading under fuzzing.
+"""Hostile input: corpus ingest and config loading under fuzzing.
 
 Every input either ingests correctly (each document's words tile its text) or fails with a
 one-line CorpusError / ConfigError naming the file, the line (where there is one) and the

@@ -1,4 +1,4 @@
-"""Issue 16: every case a careful user hit, as a regression test, on the real CLI entry point.
+"""The real CLI entry point on the cases careful users hit, each as a regression test.
 
 Runs `bbox_sae.cli.main` in this process (the same code path as the `bbox` command, without
 starting Python for every case) on a project whose two models are users' log-prob Parquet

@@ -1,6 +1,6 @@
-"""Interruption (issue 11, part 2), middle stages: SIGKILL `bbox build|train` at a random kill
-point, re-run (`train --resume`), and get byte-identical artifacts.
-(features, label, report: test_hardening_interrupt_final.py)
+"""Interruption: SIGKILL each `bbox <stage>` at a random kill point, re-run it (`train
+--resume`), and get byte-identical artifacts without redoing finished shards. Damaged shards:
+test_damaged_shards.py.
 
 Kill points (tests/killpoint.py): any atomic write, stopped with its temp file half written;
 any row group of the build index, with the memory-mapped matrix half filled; any SAE batch.
@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from hardening import build_reference, kill_rerun_compare, write_project
+from hardening import STAGES, build_reference, kill_rerun_compare, write_project
 
 pytestmark = pytest.mark.slow
 
@@ -26,18 +26,20 @@ SEED = int(os.environ.get("BBOX_KILL_SEED", random.SystemRandom().randrange(10**
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_lm, tiny_encoder):
-    root = tmp_path_factory.mktemp("interrupt-late")
+    root = tmp_path_factory.mktemp("interrupt")
     config = write_project(root, tiny_lm, tiny_encoder)
-    counts = build_reference(config, ["score", "embed", "build", "train"])
+    counts = build_reference(config, STAGES)
     return root, config, counts
 
 
-@pytest.mark.parametrize("stage", ["build", "train"])
+@pytest.mark.parametrize("stage", STAGES)
 def test_kill_at_a_random_point_then_rerun_gives_identical_artifacts(project, stage):
     root, config, counts = project
     work = root / "work" / "out"
     facts = kill_rerun_compare(config, root / "ref" / "out", work, stage, counts[stage], SEED, root)
-    print(facts["context"])
+    # kill_rerun_compare asserts identical artifacts and no finished shard redone; here, that the kill really hit the stage.
+    assert facts["where"] and 2 <= facts["point"] <= counts[stage]
+    print(f"{facts['context']}, {facts['shards_kept']} finished shard files kept")
     if stage == "train":
         # Not redone: the re-run resumed from the last checkpoint finished before the kill.
         done = sorted(int(p.name) for p in (work / "sae" / "topk-d32-k4" / "checkpoints").iterdir() if (p / ".complete").exists())

@@ -1,4 +1,4 @@
-"""Resource bounds (issue 11, part 5): scoring one very long document needs memory for a window
+"""Resource bounds: scoring one very long document needs memory for a window
 batch, not for the document.
 
 Each size is scored in a fresh process (tiny SmolLM2-tokenizer model, the default window 1024 /

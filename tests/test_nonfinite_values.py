@@ -1,4 +1,4 @@
-"""Numerical faults (issue 11, part 4): NaN/inf log-probs and embeddings are caught by the stage
+"""Numerical faults: NaN/inf log-probs and embeddings are caught by the stage
 that produced them, reported with the document id, stored as nulls / non-finite rows, and the
 build drops those words for every model alike. A NaN SAE loss stops training with a clear
 message and keeps the last good checkpoint: tests/test_sae.py::test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint.
@@ -75,8 +75,8 @@ def test_nan_logprobs_and_embeddings_are_reported_and_excluded_for_every_model(p
     # The HF model returns NaN hidden states for any window holding " Zanzibar" (document "hfbad").
     real_make = stage.make_scorer
 
-    def make_poisoned(model_cfg, cfg_, show_progress=True):
-        scorer = real_make(model_cfg, cfg_, show_progress)
+    def make_poisoned(model_cfg, cfg_):
+        scorer = real_make(model_cfg, cfg_)
         token = scorer.tokenizer(" Zanzibar", add_special_tokens=False)["input_ids"][0]
         body = scorer._body
 

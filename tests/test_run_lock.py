@@ -1,4 +1,4 @@
-"""Concurrency (issue 11, part 3), with real processes: a second `bbox run` on the same output
+"""The run lock, with real processes: a second `bbox run` on the same output
 dir is refused with a one-line message naming the holder (pid, host, start time); a lock left
 by a killed run is taken over safely, and that run resumes where it stopped (the SAE from its
 last checkpoint) with the same final artifacts as an uninterrupted run.

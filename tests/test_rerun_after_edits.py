@@ -1,4 +1,4 @@
-"""No stale result, ever (issue 16): after any edit between runs, `bbox run` gives exactly what a
+"""No stale result, ever: after any edit between runs, `bbox run` gives exactly what a
 fresh run in a new directory gives.
 
 The property test draws a corpus, runs the pipeline, applies random edits (a document's text
@@ -106,7 +106,7 @@ def shared(tmp_path_factory, tiny_lm, tiny_encoder):
     scorers, embedders = {}, {}
     real_scorer, real_embedder = stage.make_scorer, embedding.load_embedder
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stage, "make_scorer", lambda m, cfg, show_progress=True: scorers.get(m.name) or scorers.setdefault(m.name, real_scorer(m, cfg, show_progress)))
+        mp.setattr(stage, "make_scorer", lambda m, cfg: scorers.get(m.name) or scorers.setdefault(m.name, real_scorer(m, cfg)))
         mp.setattr(embedding, "load_embedder", lambda e: embedders.get("e") or embedders.setdefault("e", real_embedder(e)))
         mp.setattr(os, "fsync", lambda fd: None)
         yield root, base

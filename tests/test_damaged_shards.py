@@ -1,4 +1,4 @@
-"""Damaged shards (issue 11, part 2): a shard whose bytes were flipped, that was truncated, or
+"""Damaged shards: a shard whose bytes were flipped, that was truncated, or
 whose sidecar is missing (a write killed between the two) is refused by every reader with an
 ArtifactError naming it, and recomputed (alone) by the next run of its stage; a missing shard
 is never silently skipped.

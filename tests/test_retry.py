@@ -1,0 +1,45 @@
+"""bbox_sae.retry: one classification of failed requests for labeling and remote scoring,
+judged on the errors the real `openai` client raises against a local server."""
+
+import asyncio
+
+import openai
+
+from bbox_sae.retry import FATAL_STATUS, REQUEST_ERRORS, RETRY_STATUS, classify
+from fake_openai import FakeOpenAI, Reply
+
+STATUSES = [400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 502, 503, 504]
+
+
+def failures(server_url: str, n: int, timeout_s: float = 5.0) -> list[BaseException]:
+    async def one(client):
+        try:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        except REQUEST_ERRORS as err:
+            return err
+        raise AssertionError("the request should have failed")
+
+    async def run():
+        async with openai.AsyncOpenAI(base_url=server_url, api_key="k", max_retries=0, timeout=timeout_s) as client:
+            return [await one(client) for _ in range(n)]
+
+    return asyncio.run(run())
+
+
+def test_every_status_is_retried_failed_or_fatal_as_the_policy_says():
+    with FakeOpenAI(lambda body, i: Reply(status=STATUSES[i], headers={"Retry-After": "7"})) as srv:
+        errors = failures(srv.base_url, len(STATUSES))
+    for status, err in zip(STATUSES, errors):
+        f = classify(err)
+        expected = "fatal" if status in FATAL_STATUS else "retry" if status in RETRY_STATUS or status >= 500 else "fail"
+        assert f.action == expected, status
+        assert f.description == f"HTTP {status}: scripted {status}"
+        assert f.retry_after_s == (7.0 if expected == "retry" else None)
+
+
+def test_a_timeout_is_retried_and_names_the_limit():
+    with FakeOpenAI(lambda body, i: Reply(content="late", delay_s=2.0)) as srv:
+        (err,) = failures(srv.base_url, 1, timeout_s=0.2)
+    f = classify(err, timeout_s=0.2)
+    assert f.action == "retry" and f.description == "timed out: no answer within 0.2 s"
+    assert classify(err).description == "timed out"
