@@ -24,9 +24,14 @@ SPLITS = ("train", "holdout")
 LOGPROB_DIGITS, ACTIVATION_DIGITS = 4, 3
 
 
+def acted_on(feature: dict) -> bool:
+    """Kept, or a member of a finding: a feature a reader acts on, shown first and in full."""
+    return feature["kept"] or feature.get("finding") is not None
+
+
 def display_order(features: list[dict]) -> list[dict]:
-    """Kept features first, then the largest |median Δlog p|."""
-    return sorted(features, key=lambda f: (not f["kept"], -abs(f["median_dlogp"] or 0.0), f["latent"]))
+    """Kept features (and any other finding member) first, then the largest |median Δlog p|."""
+    return sorted(features, key=lambda f: (not acted_on(f), -abs(f["median_dlogp"] or 0.0), f["latent"]))
 
 
 def delta(ctx: dict, a: str, b: str) -> float | None:
@@ -44,7 +49,9 @@ def top_deltas(feature: dict, contexts: dict) -> list[float]:
 def delta_histogram(deltas: list[float]) -> dict | None:
     if not deltas:
         return None
-    counts, edges = np.histogram(np.asarray(deltas, dtype=np.float64), bins=HIST_BINS)
+    # Rounded first: deltas equal but for float noise span a range too small for HIST_BINS
+    # distinct edges, which numpy refuses; equal values get a unit-wide range instead.
+    counts, edges = np.histogram(np.round(np.asarray(deltas, dtype=np.float64), 6), bins=HIST_BINS)
     return {"counts": counts.tolist(), "edges": [round(float(e), 4) for e in edges]}
 
 
@@ -69,7 +76,7 @@ def context_view(ctx: dict, a: str, b: str, domains: dict[str, str]) -> dict:
 
 def examples_for(feature: dict, report: ReportConfig) -> int:
     """Contexts per split embedded for this feature: all for what a reader acts on, a few otherwise."""
-    if feature["kept"] or feature.get("finding") is not None:
+    if acted_on(feature):
         return report.examples_per_feature
     return min(report.examples_per_feature, report.examples_per_other_feature)
 
