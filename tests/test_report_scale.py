@@ -22,8 +22,7 @@ CONTEXT_CHARS = 80  # features.context_chars' default: the left and right text o
 
 
 def _prose(rng: np.random.Generator, n_chars: int) -> str:
-    words = [" ".join(rng.choice(["the", "were", "KING.", "thou", "said", "morrow", "and", "speak"], 20))]
-    return words[0][:n_chars]
+    return " ".join(rng.choice(["the", "were", "KING.", "thou", "said", "morrow", "and", "speak"], 20))[:n_chars]
 
 
 @pytest.fixture(scope="module")
