@@ -1,8 +1,8 @@
 """Per-feature views for the browser: contexts, the Δlog p histogram and the per-domain table.
 
-A feature that is kept or part of a finding carries all its examples (`examples_per_feature`
-per split); any other carries `examples_per_other_feature`, with the counts it has, so a report
-over thousands of latents stays a few MB and still self-contained.
+A feature that is kept or part of a finding carries `report.examples_per_feature` contexts per
+split; any other carries `report.examples_per_other_feature`; each carries how many it has. So a
+report over thousands of latents stays a few MB and still self-contained.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def context_view(ctx: dict, a: str, b: str, domains: dict[str, str]) -> dict:
 
 
 def examples_for(feature: dict, report: ReportConfig) -> int:
-    """Contexts per split embedded for this feature: all for what a reader acts on, a few otherwise."""
+    """Contexts per split embedded for this feature: `examples_per_feature` for what a reader acts on, fewer otherwise."""
     if acted_on(feature):
         return report.examples_per_feature
     return min(report.examples_per_feature, report.examples_per_other_feature)
