@@ -13,12 +13,12 @@ from functools import cache
 from importlib.resources import files
 
 from bbox_sae.config import Config
-from bbox_sae.report.inputs import ReportInputs
+from bbox_sae.report.inputs import EXTRA_SCORE_COLUMNS, ReportInputs
 from bbox_sae.report.markup import Markup, el, fmt, for_script, join, num, text
 from bbox_sae.report.views import display_order, feature_view
 
 # The feature table: (field, title, format, hover text). The format names a formatter in
-# report.js; the scores in SCORE_TITLES appear only when the feature table has them.
+# report.js; the scores of inputs.EXTRA_SCORE_COLUMNS appear only when the feature table has them.
 FEATURE_TABLE = [
     ("latent", "latent", "int", None),
     ("pair", "pair", "pair", None),
@@ -38,7 +38,7 @@ FEATURE_TABLE = [
     ("density", "density", "small", None),
     ("top_words", "top words", "text", None),
 ]  # fmt: skip
-SCORE_TITLES = {"label_score": "detection", "fuzz_score": "fuzzing"}
+SCORE_TITLES = {key: title for key, title, _, _ in FEATURE_TABLE if key in ("label_score", *EXTRA_SCORE_COLUMNS)}
 NUMERIC_FORMATS = {"int", "fixed", "signed", "small", "ci"}
 # More domains than this and the per-domain table starts folded, so the findings stay in view.
 DOMAINS_OPEN_MAX = 12
@@ -52,8 +52,8 @@ def asset(name: str) -> str:
 
 def table_columns(score_columns: list[str]) -> list[tuple[str, str, str, str | None]]:
     """FEATURE_TABLE without the optional scores the run does not have."""
-    optional = set(SCORE_TITLES) - {"label_score"} - set(score_columns)
-    return [c for c in FEATURE_TABLE if c[0] not in optional]
+    absent = set(EXTRA_SCORE_COLUMNS) - set(score_columns)
+    return [c for c in FEATURE_TABLE if c[0] not in absent]
 
 
 def feature_head(score_columns: list[str]) -> Markup:
