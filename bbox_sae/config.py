@@ -268,7 +268,10 @@ class LabelConfig(Section):
 
 class ReportConfig(Section):
     max_features: int = Field(default=500, ge=1, description="features shown in report.html")
-    examples_per_feature: int = Field(default=20, ge=1)
+    examples_per_feature: int = Field(default=20, ge=1, description="contexts per split for kept features and those of a finding")
+    examples_per_other_feature: int = Field(
+        default=10, ge=1, description="contexts per split for the other features: keeps report.html a few MB over thousands of latents"
+    )
     domain_min_words: int = Field(
         default=3, ge=1, description="a finding's top words in a domain below this: too few to say whether it holds there"
     )

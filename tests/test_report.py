@@ -383,3 +383,17 @@ def test_findings_come_first_in_every_summary(report, offline_runs):
     _, _, result = offline_runs
     findings = _table_json(Path(result["wandb_dir"]), "findings")
     assert findings["columns"] == FINDING_COLUMNS and [r[0] for r in findings["data"]] == [0, 1]
+
+
+def test_page_assets_ship_with_the_package():
+    """A non-editable install carries the page template, CSS and JS: pyproject's package-data covers them."""
+    import fnmatch
+    import tomllib
+
+    import bbox_sae.report
+
+    package = Path(bbox_sae.report.__file__).parent
+    globs = tomllib.loads((package.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["bbox_sae.report"]
+    assets = [p.relative_to(package).as_posix() for p in (package / "assets").iterdir()]
+    assert {"assets/page.html", "assets/report.css", "assets/report.js"} <= set(assets)
+    assert all(any(fnmatch.fnmatch(a, g) for g in globs) for a in assets)

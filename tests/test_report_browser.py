@@ -115,3 +115,60 @@ def test_hostile_text_shows_as_text_and_never_runs(page):
     assert card.locator("#card-train li.context").nth(0).locator("mark.target").text_content() == HOSTILE_WORD
     assert page.evaluate("document.scripts.length") == 2
     assert page.locator("#card-train script, #features script").count() == 0
+
+
+# ---------------------------------------------------------------- rule fit and label scores
+
+
+@pytest.fixture(scope="module")
+def scored_url(tmp_path_factory) -> str:
+    from test_report_columns import scored_output_dir
+
+    out = scored_output_dir(tmp_path_factory.mktemp("scored") / "run", fuzz=True)
+    run_report(report_config(out, examples_per_other_feature=2))
+    return (out / "report.html").as_uri()
+
+
+@pytest.fixture
+def scored_page(browser, scored_url):
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    page.goto(scored_url)
+    page.wait_for_selector("#features tbody tr.feature-row")
+    yield page
+    page.close()
+
+
+def column_values(page, key: str) -> list[float | None]:
+    texts = page.eval_on_selector_all(f'#features tbody td[data-col="{key}"]', "cells => cells.map(c => c.textContent)")
+    return [None if t == "–" else float(t) for t in texts]
+
+
+@pytest.mark.parametrize("key", ["label_score", "fuzz_score", "rule_precision"])
+def test_sort_by_score_puts_unscored_features_last(scored_page, key):
+    from test_report_columns import SCORED
+
+    index = {"rule_precision": 1, "label_score": 3, "fuzz_score": 4}[key]
+    scores = sorted(s[index] for s in SCORED.values() if s[index] is not None)
+    missing = [None] * sum(s[index] is None for s in SCORED.values())
+    header = scored_page.locator(f'#features th[data-sort="{key}"]')
+    header.click()
+    assert column_values(scored_page, key) == scores + missing  # SCORED has two decimals, as shown
+    assert header.get_attribute("aria-sort") == "ascending"
+    header.click()
+    assert column_values(scored_page, key) == scores[::-1] + missing
+    assert header.get_attribute("aria-sort") == "descending"
+    assert scored_page.locator("#features th[aria-sort]").count() == 1
+
+
+def test_card_shows_rule_fit_scores_and_how_many_contexts(scored_page):
+    scored_page.click('#features tr.feature-row[data-latent="0"]')
+    card = scored_page.locator("#feature-card")
+    rule = card.locator('dd[data-stat="rule"]').text_content()
+    assert rule == "'were' right after 'if you' (held-out precision 0.90, recall 0.60, F1 0.50)"
+    assert card.locator("#card-label-score").text_content() == "detection score 0.95 · fuzzing score 0.70"
+    assert card.locator("#card-train-count").text_content() == f"({N_TRAIN})"
+    scored_page.click('#features tr.feature-row[data-latent="2"]')  # not kept: two contexts per split
+    assert card.locator("#card-train li.context").count() == 2 and card.locator("#card-holdout li.context").count() == 2
+    assert card.locator("#card-train-count").text_content() == f"(2 of {N_TRAIN})"
+    assert card.locator("#card-holdout-count").text_content() == f"(2 of {N_HOLDOUT})"
+    assert card.locator('dd[data-stat="rule"]').text_content() == "–" and card.locator("#card-label-score").text_content() == ""

@@ -1,0 +1,42 @@
+"""Report stage: W&B tables, a self-contained HTML feature browser and a Markdown summary.
+
+Inputs (`cfg.paths`): `features.parquet`, `contexts.parquet` and `corpus_stats.json` are
+required; `documents.parquet` (document domains), `corpus_stats.json`'s `domains` (perplexity
+per domain) and each SAE run's `metrics.json` are used when present; label columns of the
+feature table are optional. With domains, each feature's card tells in which domains its top
+words occur and whether its difference holds there, and the feature list can be filtered by
+domain.
+
+Modules: `inputs` reads the artifacts, `views` shapes one feature for the browser,
+`html_page` fills the page template (`assets/`), `markdown` writes report.md, `wandb_tables`
+logs the W&B run, `markup` builds escaped HTML.
+"""
+
+from __future__ import annotations
+
+from bbox_sae.artifacts import atomic_write_text
+from bbox_sae.config import Config
+from bbox_sae.report.html_page import build_html
+from bbox_sae.report.inputs import load_inputs
+from bbox_sae.report.markdown import build_markdown
+from bbox_sae.report.wandb_tables import FINDING_COLUMNS, WANDB_COLUMNS, log_wandb
+
+__all__ = ["FINDING_COLUMNS", "WANDB_COLUMNS", "run_report"]
+
+
+def run_report(cfg: Config) -> dict:
+    inputs = load_inputs(cfg)
+    page, shown = build_html(cfg, inputs)
+    html_path, md_path = cfg.paths.report_html, cfg.paths.report_md
+    atomic_write_text(html_path, page)
+    atomic_write_text(md_path, build_markdown(cfg, inputs))
+    result = {
+        "report_html": str(html_path),
+        "report_md": str(md_path),
+        "features": len(inputs.features),
+        "kept": sum(f["kept"] for f in inputs.features),
+        "shown": shown,
+        "sae_runs": list(inputs.sae_runs),
+    }
+    result.update(log_wandb(cfg, inputs))
+    return result

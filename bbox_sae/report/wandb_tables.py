@@ -1,0 +1,117 @@
+"""The report's W&B run: feature, kept-feature, findings, corpus and SAE tables, and a Δlog p
+histogram per kept feature."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from bbox_sae.config import Config
+from bbox_sae.layout import logprob_column
+from bbox_sae.report.inputs import ReportInputs
+from bbox_sae.report.markup import el, join
+from bbox_sae.report.views import delta_histogram, examples_for, prob_text, top_deltas
+from bbox_sae.tracking import wandb_run
+
+# Columns of the W&B `features` and `kept_features` tables; the labeler's extra scores
+# (inputs.EXTRA_SCORE_COLUMNS) follow `label_score` when the feature table has them.
+WANDB_COLUMNS = [
+    "latent", "model_a", "model_b", "pair", "source", "kept", "better_model", "label", "label_source",
+    "label_score", "median_dlogp", "mean_dlogp", "ci_low", "ci_high", "median_dp", "q_value", "consistency",
+    "holdout_n", "holdout_median_dlogp", "density", "n_top", "top_words", "finding", "rule", "rule_precision",
+    "rule_recall", "rule_f1", "top_contexts",
+]  # fmt: skip
+# Columns of the W&B `findings` table (findings.parquet).
+FINDING_COLUMNS = [
+    "finding", "model_a", "model_b", "better_model", "rule", "rule_f1", "holdout_median_dlogp", "holdout_ci_low",
+    "holdout_ci_high", "median_dlogp", "n_latents", "latents", "top_words",
+]  # fmt: skip
+CELL_STYLE = "font:13px sans-serif;white-space:pre-wrap"
+PROB_STYLE = "color:#555"
+
+
+def wandb_columns(score_columns: list[str]) -> list[str]:
+    at = WANDB_COLUMNS.index("label_score") + 1
+    return WANDB_COLUMNS[:at] + score_columns + WANDB_COLUMNS[at:]
+
+
+def contexts_html(feature: dict, contexts: dict, examples: int) -> str:
+    """Top train contexts as a small HTML list for a W&B table cell (all text escaped)."""
+    a, b = feature["model_a"], feature["model_b"]
+    items = []
+    for ctx in contexts.get(feature["latent"], {}).get("train", [])[:examples]:
+        probs = f"p({a})={prob_text(ctx.get(logprob_column(a)))} · p({b})={prob_text(ctx.get(logprob_column(b)))}"
+        items.append(el("li", ctx["left"], el("mark", ctx["word"]), ctx["right"], " ", el("small", probs, style=PROB_STYLE)))
+    return el("ol", join(items), style=CELL_STYLE)
+
+
+def _wandb_row(feature: dict, cell, columns: list[str]) -> list:
+    values = dict(feature, pair=f"{feature['model_a']} vs {feature['model_b']}", top_contexts=cell)
+    return [values[c] for c in columns]
+
+
+def _sae_table_rows(sae_runs: dict[str, dict]) -> list[list]:
+    return [[run, key, json.dumps(value)] for run, metrics in sae_runs.items() for key, value in metrics.items()]
+
+
+def _summary(inputs: ReportInputs) -> dict:
+    stats = inputs.stats
+    summary = {"corpus/documents": stats.get("documents"), "corpus/words": stats.get("words")}
+    for model, s in stats.get("models", {}).items():
+        for key in ("mean_logprob", "perplexity", "words"):
+            summary[f"corpus/{model}/{key}"] = s.get(key)
+    for run, metrics in inputs.sae_runs.items():
+        for key, value in metrics.items():
+            summary[f"sae/{run}/{key}"] = value
+    summary["findings"] = len(inputs.findings)
+    summary["features/rows"] = len(inputs.features)
+    summary["features/kept"] = sum(f["kept"] for f in inputs.features)
+    return summary
+
+
+def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
+    """Log the report to the `report` run; returns its id and directory (None when W&B is disabled)."""
+    with wandb_run(cfg, "report") as run:
+        if run is None:
+            return {"wandb_run": None, "wandb_dir": None}
+        import wandb
+
+        columns = wandb_columns(inputs.score_columns)
+        cells = [wandb.Html(contexts_html(f, inputs.contexts, examples_for(f, cfg.report)), inject=False, data_is_not_path=True) for f in inputs.features]
+        rows = [_wandb_row(f, cell, columns) for f, cell in zip(inputs.features, cells)]
+        payload = {
+            "features": wandb.Table(columns=columns, data=rows, allow_mixed_types=True),
+            "kept_features": wandb.Table(columns=columns, data=[r for r, f in zip(rows, inputs.features) if f["kept"]], allow_mixed_types=True),
+            "corpus": wandb.Table(
+                columns=["model", "mean_logprob", "perplexity", "words"],
+                data=[[m, s.get("mean_logprob"), s.get("perplexity"), s.get("words")] for m, s in inputs.stats.get("models", {}).items()],
+            ),
+        }
+        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=[[f.get(c) for c in FINDING_COLUMNS] for f in inputs.findings], allow_mixed_types=True)
+        if inputs.sae_runs:
+            payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value"], data=_sae_table_rows(inputs.sae_runs))
+        for f in inputs.features:
+            hist = delta_histogram(top_deltas(f, inputs.contexts)) if f["kept"] else None
+            if hist is not None:
+                key = f"dlogp_hist/{f['source']}_latent_{f['latent']}_{f['model_a']}_vs_{f['model_b']}"
+                payload[key] = wandb.Histogram(np_histogram=(hist["counts"], hist["edges"]))
+        run.log(payload)
+        run.summary.update(_summary(inputs))
+        run_id, sync_dir = run.id, Path(run.settings.sync_dir)
+    drop_superseded_run_dirs(sync_dir, run_id)
+    return {"wandb_run": run_id, "wandb_dir": str(sync_dir)}
+
+
+def drop_superseded_run_dirs(current: Path, run_id: str) -> None:
+    """Remove earlier local dirs of the same run id.
+
+    wandb names each local run dir by its start time (plus `-N` when that second is taken), so
+    every re-run of the report adds one; the report re-logs everything, so older dirs would only
+    make `wandb sync` upload it twice.
+    """
+    pattern = re.compile(rf"^(offline-)?run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?$")
+    stale = [p for p in current.parent.iterdir() if p.is_dir() and p != current and pattern.match(p.name)]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
