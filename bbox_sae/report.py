@@ -30,6 +30,8 @@ from bbox_sae.artifacts import atomic_write_text, read_table, require_columns, r
 from bbox_sae.config import Config
 from bbox_sae.domains import NO_DOMAIN
 from bbox_sae.errors import ArtifactError
+from bbox_sae.labeling.table import labeled_features
+from bbox_sae.layout import RunLayout
 from bbox_sae.tracking import wandb_run
 
 FEATURE_REQUIRED = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp", "top_words"]
@@ -92,9 +94,9 @@ def _feature_record(row: dict) -> dict:
     return rec
 
 
-def load_features(path: Path) -> list[dict]:
-    table = read_table(path)
-    require_columns(table, FEATURE_REQUIRED, str(path))
+def load_features(paths: RunLayout) -> list[dict]:
+    table = labeled_features(paths)
+    require_columns(table, FEATURE_REQUIRED, str(paths.features))
     return [_feature_record(r) for r in table.to_pylist()]
 
 
@@ -152,7 +154,7 @@ def load_stats(path: Path) -> dict:
 def load_inputs(cfg: Config) -> ReportInputs:
     out = cfg.out
     stats = load_stats(out / "corpus_stats.json")
-    features = load_features(out / "features.parquet")
+    features = load_features(cfg.paths)
     pair_models = sorted({f["model_a"] for f in features} | {f["model_b"] for f in features})
     return ReportInputs(
         features=features,

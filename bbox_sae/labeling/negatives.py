@@ -1,0 +1,65 @@
+"""Negatives for label validation: holdout words where a latent is inactive, half of them with
+the latent's own top word forms (so a label that only names the word fails on them), half random."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from bbox_sae.config import Config
+from bbox_sae.features import Encoder, contexts_table, encode_rows, make_encoder, open_rows, words_by_row
+from bbox_sae.rules import normalize_form
+
+
+def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
+    """Each latent's train top word forms (`in_top` rows of contexts.parquet), by latent order."""
+    top = contexts.filter(pc.and_(pc.equal(contexts["split"], "train"), pc.fill_null(contexts["in_top"], False)))
+    forms: dict[int, set[str]] = {latent: set() for latent in sorted(latents)}
+    for latent, word in zip(top["latent"].to_pylist(), top["word"].to_pylist()):
+        if latent in forms:
+            forms[latent].add(normalize_form(word or ""))
+    return forms
+
+
+def negative_rows(
+    encode: Encoder, matrix: np.ndarray, forms_of: dict[int, set[str]], holdout_rows: np.ndarray, holdout_forms: np.ndarray, n: int, seed: int, chunk_rows: int
+) -> dict[int, np.ndarray]:
+    """Per latent: up to `n` holdout rows where it is inactive, half with its forms, half random."""
+    rng = np.random.default_rng(seed)
+    candidates: dict[int, np.ndarray] = {}
+    for latent, forms in forms_of.items():
+        same = holdout_rows[np.isin(holdout_forms, list(forms))]
+        same = rng.choice(same, size=min(len(same), 4 * n), replace=False) if len(same) else same
+        rand = rng.choice(holdout_rows, size=min(len(holdout_rows), 4 * n), replace=False)
+        candidates[latent] = np.unique(np.concatenate([same, rand]).astype(np.int64))
+    if not candidates:
+        return {}
+    all_rows = np.unique(np.concatenate(list(candidates.values())))
+    acts = torch.cat([a for _, a in encode_rows(encode, matrix, all_rows, chunk_rows)])
+    position = {r: i for i, r in enumerate(all_rows.tolist())}
+    out = {}
+    for latent, rows in candidates.items():
+        inactive = rows[[acts[position[r], latent].item() <= 0 for r in rows.tolist()]]
+        is_same = np.isin(holdout_forms[np.searchsorted(holdout_rows, inactive)], list(forms_of[latent]))
+        same, other = inactive[is_same], inactive[~is_same]
+        pick_same = rng.permutation(same)[: n // 2]
+        pick_other = rng.permutation(other)[: n - len(pick_same)]
+        out[latent] = np.concatenate([pick_same, pick_other])
+    return out
+
+
+def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]]) -> pa.Table:
+    """contexts.parquet-shaped rows (split `negative`) for the latents in `forms_of`, encoded
+    by the features stage's encoder of `source` (`sae`, `random`, `kmeans`)."""
+    m = open_rows(cfg)
+    holdout_rows = m.rows_by_split["holdout"]
+    examples = []
+    if len(holdout_rows) and forms_of:
+        words_of_row, _ = words_by_row(cfg, m.index)
+        holdout_forms = np.array([normalize_form(w) for w in words_of_row[holdout_rows]], dtype=object)
+        encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
+        negatives = negative_rows(encode, m.values, forms_of, holdout_rows, holdout_forms, cfg.label.validation_examples, cfg.seed, cfg.features.chunk_rows)
+        examples = [(latent, "negative", rank, int(r), 0.0, False) for latent, neg in negatives.items() for rank, r in enumerate(neg)]
+    return contexts_table(cfg, examples, m.index, m.models)
