@@ -46,14 +46,14 @@ NEGATIVES = "fixture-negatives.parquet"
 
 @pytest.fixture(autouse=True)
 def fixture_negatives(monkeypatch):
-    """The label stage's negatives are the fixture's `negative` rows."""
+    """The label stage's negatives are the fixture's `negative` (and `contrast`) rows."""
     import bbox_sae.labeling.stage as stage
 
-    monkeypatch.setattr(stage, "draw_negatives", lambda cfg, source, forms: pq.read_table(cfg.out / NEGATIVES))
+    monkeypatch.setattr(stage, "draw_negatives", lambda cfg, source, forms, contrast=0: pq.read_table(cfg.out / NEGATIVES))
 
 
 def write_fixture(out: Path, latents: list[dict]) -> None:
-    """Each latent: {"latent", "kept", "pairs": [(model_a, model_b, median_dlogp)], "train"/"holdout"/"negative": [(left, word, right)]}."""
+    """Each latent: {"latent", "kept", "pairs": [(model_a, model_b, median_dlogp)], "train"/"holdout"/"negative"/"contrast": [(left, word, right)]}."""
     feats: dict[str, list] = {k: [] for k in FEATURE_SCHEMA.names}
     ctxs: dict[str, list] = {k: [] for k in CONTEXT_SCHEMA.names}
     for spec in latents:
@@ -72,13 +72,13 @@ def write_fixture(out: Path, latents: list[dict]) -> None:
             }
             for k, v in row.items():
                 feats[k].append(v)
-        for split in ("train", "holdout", "negative"):
+        for split in ("train", "holdout", "negative", "contrast"):
             for rank, (left, word, right) in enumerate(spec.get(split, [])):
                 row = {
                     "latent": spec["latent"], "split": split, "rank": rank,
                     "doc_id": f"doc{spec['latent']}-{split}-{rank}", "word_idx": rank,
-                    "activation": 0.0 if split == "negative" else 3.0 - 0.1 * rank,
-                    "in_top": split != "negative", "left": left, "word": word, "right": right,
+                    "activation": 0.0 if split in ("negative", "contrast") else 3.0 - 0.1 * rank,
+                    "in_top": split not in ("negative", "contrast"), "left": left, "word": word, "right": right,
                     **{f"logprob__{m}": -2.0 for m in MODELS},
                 }
                 for k, v in row.items():
@@ -86,7 +86,7 @@ def write_fixture(out: Path, latents: list[dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(feats, schema=FEATURE_SCHEMA), out / "features.parquet")
     contexts = pa.table(ctxs, schema=CONTEXT_SCHEMA)
-    negative = pc.equal(contexts["split"], "negative")
+    negative = pc.is_in(contexts["split"], value_set=pa.array(["negative", "contrast"]))
     pq.write_table(contexts.filter(pc.invert(negative)), out / "contexts.parquet")
     pq.write_table(contexts.filter(negative), out / NEGATIVES)
 
@@ -131,6 +131,8 @@ def make_cfg(tmp: Path, **label):
 
 
 def llm_cfg(tmp: Path, server: FakeOpenAI, **label):
+    # The protocol tests below count label and detection requests; fuzzing has tests of its own.
+    label = {"fuzz_examples": 0, **label}
     return make_cfg(tmp, labeler="llm", base_url=server.base_url, model="judge", api_key_env="BBOX_TEST_UNSET_KEY", **label)
 
 

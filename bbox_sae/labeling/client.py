@@ -32,10 +32,19 @@ class Stats:
     failures: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    budget_refused: int = 0  # requests not sent because label.max_tokens_total was spent
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 class RequestFailed(Exception):
     """A request that failed for good; its message becomes the feature's `label_reason`."""
+
+
+class BudgetSpent(RequestFailed):
+    """label.max_tokens_total is spent: no further request is sent (answers in the cache still count)."""
 
 
 def cache_key(kind: str, model: str, messages: list[dict]) -> str:
@@ -105,7 +114,7 @@ class Asker:
         while True:
             attempt += 1
             try:
-                content = await self._send(messages)
+                content = await self._send(kind, messages)
                 value = parse(content)
             except (MalformedReply, openai.APIError) as err:
                 action = _classify(err)
@@ -127,13 +136,21 @@ class Asker:
             atomic_write_json(path, {"kind": kind, "model": self.cfg.model, "prompt_version": PROMPT_VERSION, "content": content})
             return value
 
-    async def _send(self, messages: list[dict]) -> str:
+    def _check_budget(self, kind: str) -> None:
+        budget = self.cfg.max_tokens_total
+        if budget is not None and self.stats.tokens >= budget:
+            self.stats.budget_refused += 1
+            raise BudgetSpent(f"{kind} request not sent: token budget spent ({self.stats.tokens} of label.max_tokens_total={budget})")
+
+    async def _send(self, kind: str, messages: list[dict]) -> str:
         extra: dict = {}
         if self.cfg.json_mode:
             extra["response_format"] = {"type": "json_object"}
         if self.cfg.temperature is not None:
             extra["temperature"] = self.cfg.temperature
         async with self._slots:
+            # Checked with the slot held: requests waiting for a slot see the tokens of those before them.
+            self._check_budget(kind)
             self.stats.requests += 1
             response = await self.client.chat.completions.create(model=self.cfg.model, messages=messages, **extra)
         usage = getattr(response, "usage", None)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
-from bbox_sae.labeling.scoring import detection_scores
+from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 from bbox_sae.rules import Rule, normalize_form, word_attributes
 from bbox_sae.words import split_words
 
@@ -171,21 +171,22 @@ def context_matches(rule: Rule, ctx: Context) -> bool:
     return bool(rule.mask(attrs)[-1])
 
 
-def rule_label(feature: FeatureExamples, seed: int) -> LabelResult:
-    """The context rules of the latent's findings, said in words ("... or ...") and checked on the
-    validation contexts: a context fits the label when any of the rules holds for it."""
+def _judged(label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int) -> LabelResult:
+    """A label whose own rule is the judge: detection on the validation set, fuzzing on moved marks."""
     examples, truth = validation_set(feature, seed)
-    scores = detection_scores(truth, [any(context_matches(r, c) for r in feature.rules) for c in examples])
-    label = " or ".join(r.describe() for r in feature.rules)
-    return LabelResult(label, "rule", None, True, scores.balanced_accuracy, scores.precision, scores.recall)
+    scores = detection_scores(truth, [fits(c) for c in examples])
+    fuzzed, correct = fuzz_set(feature, n_fuzz, seed)
+    fuzz = detection_scores(correct, [fits(c) for c in fuzzed]).balanced_accuracy if fuzzed else None
+    return LabelResult(label, source, None, coherent, scores.balanced_accuracy, scores.precision, scores.recall, fuzz)
 
 
-def heuristic_label(feature: FeatureExamples, seed: int) -> LabelResult:
+def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> LabelResult:
+    """The context rules of the latent's findings, said in words ("... or ...": a context fits
+    when any holds); for a latent without rules, the heuristic rule read off its train contexts."""
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts in contexts.parquet")
     if feature.rules:
-        return rule_label(feature, seed)
+        label = " or ".join(r.describe() for r in feature.rules)
+        return _judged(label, "rule", True, lambda c: any(context_matches(r, c) for r in feature.rules), feature, seed, n_fuzz)
     rule = heuristic_rule(feature.train)
-    examples, truth = validation_set(feature, seed)
-    scores = detection_scores(truth, [rule_matches(rule, c) for c in examples])
-    return LabelResult(describe(rule), "heuristic", None, rule.coherent, scores.balanced_accuracy, scores.precision, scores.recall)
+    return _judged(describe(rule), "heuristic", rule.coherent, lambda c: rule_matches(rule, c), feature, seed, n_fuzz)

@@ -13,7 +13,7 @@ from typing import Sequence
 from bbox_sae.labeling.records import Comparison, Context, FeatureExamples
 
 # Bump when a prompt changes: it is part of every cache key, so old answers are not reused.
-PROMPT_VERSION = "1"
+PROMPT_VERSION = "2"
 
 
 @cache
@@ -45,6 +45,11 @@ def _numbered(contexts: Sequence[Context]) -> str:
     return "\n".join(f"{i}. {show_context(c)}" for i, c in enumerate(contexts, 1))
 
 
+def _with_probs(ctx: Context) -> str:
+    probs = ", ".join(f"p({model})={p:.2f}" for model, p in ctx.probs)
+    return f"{show_context(ctx)}   [{probs}]" if probs else show_context(ctx)
+
+
 def comparison_line(c: Comparison) -> str:
     if c.better_model is None or c.median_dlogp is None:
         return f"- {c.model_a} and {c.model_b} predict these words equally well."
@@ -59,15 +64,30 @@ def _messages(user: str) -> list[dict]:
     return [{"role": "system", "content": prompt("system").template}, {"role": "user", "content": user}]
 
 
-def label_messages(feature: FeatureExamples) -> list[dict]:
+def label_messages(feature: FeatureExamples, hint: str | None = None) -> list[dict]:
+    """The label request: activating excerpts with both models' probabilities, counter-examples
+    of the same word forms (delphi's contrastive explainer), and the offline label as a hint."""
     comparisons = "\n".join(comparison_line(c) for c in feature.comparisons)
-    note = prompt("examples_note").template
-    return _messages(prompt("label").substitute(comparisons=comparisons, examples_note=note, examples=_numbered(feature.train)))
+    examples = "\n".join(f"{i}. {_with_probs(c)}" for i, c in enumerate(feature.train, 1))
+    blocks = []
+    if feature.contrast:
+        blocks.append(prompt("contrast").substitute(examples="\n".join(f"- {show_context(c)}" for c in feature.contrast)))
+    if hint:
+        blocks.append(prompt("hint").substitute(rule=hint))
+    user = prompt("label").substitute(
+        comparisons=comparisons, examples_note=prompt("examples_note").template, examples=examples, extra="".join(f"\n{b}\n" for b in blocks)
+    )
+    return _messages(user)
 
 
 def detection_messages(description: str, examples: Sequence[Context]) -> list[dict]:
     note = prompt("examples_note").template
     return _messages(prompt("detection").substitute(description=description, examples_note=note, examples=_numbered(examples)))
+
+
+def fuzz_messages(description: str, examples: Sequence[Context]) -> list[dict]:
+    note = prompt("examples_note").template
+    return _messages(prompt("fuzz").substitute(description=description, examples_note=note, examples=_numbered(examples)))
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -97,13 +117,22 @@ def parse_label_reply(text: str) -> LabelAnswer:
     return LabelAnswer(coherent, " ".join(description.split()))
 
 
-def parse_detection_reply(text: str, n: int) -> frozenset[int]:
-    """The 1-based example numbers the judge picked."""
+def _picked_numbers(text: str, n: int, kind: str, key: str) -> frozenset[int]:
     obj = _json_payload(text)
-    matches = obj.get("matches") if isinstance(obj, dict) else obj
-    if not isinstance(matches, list):
-        raise MalformedReply('detection reply needs {"matches": [numbers]}')
-    bad = [m for m in matches if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= n]
+    picked = obj.get(key) if isinstance(obj, dict) else obj
+    if not isinstance(picked, list):
+        raise MalformedReply(f'{kind} reply needs {{"{key}": [numbers]}}')
+    bad = [m for m in picked if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= n]
     if bad:
-        raise MalformedReply(f"detection reply names {bad[:5]}, not example numbers 1..{n}")
-    return frozenset(matches)
+        raise MalformedReply(f"{kind} reply names {bad[:5]}, not example numbers 1..{n}")
+    return frozenset(picked)
+
+
+def parse_detection_reply(text: str, n: int) -> frozenset[int]:
+    """The 1-based example numbers the judge picked as fitting the description."""
+    return _picked_numbers(text, n, "detection", "matches")
+
+
+def parse_fuzz_reply(text: str, n: int) -> frozenset[int]:
+    """The 1-based example numbers the judge says are marked correctly."""
+    return _picked_numbers(text, n, "fuzzing", "correct")

@@ -1,5 +1,8 @@
-"""Negatives for label validation: holdout words where a latent is inactive, half of them with
-the latent's own top word forms (so a label that only names the word fails on them), half random."""
+"""Words where a latent is inactive, drawn by the label stage.
+
+`negative`: for validation, holdout words, half of them with the latent's own top word forms (so
+a label that only names the word fails on them), half random. `contrast`: for the LLM labeler's
+prompt (delphi's contrastive explainer), train words of those same forms only."""
 
 from __future__ import annotations
 
@@ -24,15 +27,17 @@ def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
 
 
 def negative_rows(
-    encode: Encoder, matrix: np.ndarray, forms_of: dict[int, set[str]], holdout_rows: np.ndarray, holdout_forms: np.ndarray, n: int, seed: int, chunk_rows: int
+    encode: Encoder, matrix: np.ndarray, forms_of: dict[int, set[str]], pool: np.ndarray, pool_forms: np.ndarray, n: int, seed: int, chunk_rows: int,
+    same_only: bool = False,
 ) -> dict[int, np.ndarray]:
-    """Per latent: up to `n` holdout rows where it is inactive, half with its forms, half random."""
+    """Per latent: up to `n` rows of `pool` (sorted) where it is inactive, half with its forms and
+    half random, or (`same_only`) all with its forms."""
     rng = np.random.default_rng(seed)
     candidates: dict[int, np.ndarray] = {}
     for latent, forms in forms_of.items():
-        same = holdout_rows[np.isin(holdout_forms, list(forms))]
+        same = pool[np.isin(pool_forms, list(forms))]
         same = rng.choice(same, size=min(len(same), 4 * n), replace=False) if len(same) else same
-        rand = rng.choice(holdout_rows, size=min(len(holdout_rows), 4 * n), replace=False)
+        rand = rng.choice(pool, size=0 if same_only else min(len(pool), 4 * n), replace=False)
         candidates[latent] = np.unique(np.concatenate([same, rand]).astype(np.int64))
     if not candidates:
         return {}
@@ -42,24 +47,28 @@ def negative_rows(
     out = {}
     for latent, rows in candidates.items():
         inactive = rows[[acts[position[r], latent].item() <= 0 for r in rows.tolist()]]
-        is_same = np.isin(holdout_forms[np.searchsorted(holdout_rows, inactive)], list(forms_of[latent]))
+        is_same = np.isin(pool_forms[np.searchsorted(pool, inactive)], list(forms_of[latent]))
         same, other = inactive[is_same], inactive[~is_same]
-        pick_same = rng.permutation(same)[: n // 2]
+        pick_same = rng.permutation(same)[: n if same_only else n // 2]
         pick_other = rng.permutation(other)[: n - len(pick_same)]
         out[latent] = np.concatenate([pick_same, pick_other])
     return out
 
 
-def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]]) -> pa.Table:
-    """contexts.parquet-shaped rows (split `negative`) for the latents in `forms_of`, encoded
-    by the features stage's encoder of `source` (`sae`, `random`, `kmeans`)."""
+def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]], contrast: int = 0) -> pa.Table:
+    """contexts.parquet-shaped rows (split `negative`, and `contrast` when `contrast` > 0) for the
+    latents in `forms_of`, encoded by the features stage's encoder of `source` (`sae`, `random`, `kmeans`)."""
     m = open_rows(cfg)
-    holdout_rows = m.rows_by_split["holdout"]
     examples = []
-    if len(holdout_rows) and forms_of:
+    if forms_of:
         words_of_row, _ = words_by_row(cfg, m.index)
-        holdout_forms = np.array([normalize_form(w) for w in words_of_row[holdout_rows]], dtype=object)
         encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
-        negatives = negative_rows(encode, m.values, forms_of, holdout_rows, holdout_forms, cfg.label.validation_examples, cfg.seed, cfg.features.chunk_rows)
-        examples = [(latent, "negative", rank, int(r), 0.0, False) for latent, neg in negatives.items() for rank, r in enumerate(neg)]
+        draws = [("negative", "holdout", cfg.label.validation_examples, cfg.seed, False), ("contrast", "train", contrast, cfg.seed + 1, True)]
+        for split, pool_split, n, seed, same_only in draws:
+            pool = m.rows_by_split[pool_split]
+            if not (n and len(pool)):
+                continue
+            forms = np.array([normalize_form(w) for w in words_of_row[pool]], dtype=object)
+            rows = negative_rows(encode, m.values, forms_of, pool, forms, n, seed, cfg.features.chunk_rows, same_only)
+            examples += [(latent, split, rank, int(r), 0.0, False) for latent, picked in rows.items() for rank, r in enumerate(picked)]
     return contexts_table(cfg, examples, m.index, m.models)

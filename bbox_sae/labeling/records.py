@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bbox_sae.layout import logprob_column
 from bbox_sae.rules import Rule, rules_from_json
 
 FEATURE_COLUMNS = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp"]
@@ -21,6 +23,7 @@ class Context:
     left: str
     word: str
     right: str
+    probs: tuple[tuple[str, float], ...] = ()  # (model, probability of the word), compared models only
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class FeatureExamples:
     negative: tuple[Context, ...]
     comparisons: tuple[Comparison, ...]
     rules: tuple[Rule, ...] = ()  # the context rules of the latent's findings (or its own best rule)
+    contrast: tuple[Context, ...] = ()  # train words of the same forms where the latent is inactive
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class LabelResult:
     score: float | None = None
     precision: float | None = None
     recall: float | None = None
+    fuzz: float | None = None
 
 
 def select_latents(features: pa.Table, only_kept: bool) -> list[int]:
@@ -72,16 +77,25 @@ def _latent_rules(features: pa.Table, findings: pa.Table | None) -> dict[int, li
     return rules
 
 
+def _probs(row: dict, models: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    lps = [(m, row.get(logprob_column(m))) for m in models]
+    return tuple((m, math.exp(lp)) for m, lp in lps if lp is not None and math.isfinite(lp))
+
+
 def feature_examples(
-    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int, findings: pa.Table | None = None
+    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int, findings: pa.Table | None = None,
+    n_contrast: int = 0,
 ) -> list[FeatureExamples]:
     """Group the contexts (rank order, capped per split) and the pair comparisons of each latent."""
     wanted = pa.array(latents, pa.int64())
+    mine = features.filter(pc.is_in(pc.cast(features["latent"], pa.int64()), value_set=wanted))
+    compared = sorted(set(mine["model_a"].to_pylist()) | set(mine["model_b"].to_pylist()))
+    models = [m for m in compared if logprob_column(m) in contexts.column_names]
     rows = contexts.filter(pc.is_in(pc.cast(contexts["latent"], pa.int64()), value_set=wanted))
     by_split: dict[tuple[int, str], list[tuple[int, Context]]] = defaultdict(list)
-    for r in rows.select(CONTEXT_COLUMNS).to_pylist():
-        by_split[(r["latent"], r["split"])].append((r["rank"], Context(r["left"] or "", r["word"] or "", r["right"] or "")))
-    mine = features.filter(pc.is_in(pc.cast(features["latent"], pa.int64()), value_set=wanted))
+    for r in rows.select(CONTEXT_COLUMNS + [logprob_column(m) for m in models]).to_pylist():
+        context = Context(r["left"] or "", r["word"] or "", r["right"] or "", _probs(r, models))
+        by_split[(r["latent"], r["split"])].append((r["rank"], context))
     comparisons: dict[int, list[Comparison]] = defaultdict(list)
     for r in mine.select(FEATURE_COLUMNS).to_pylist():
         comparisons[r["latent"]].append(Comparison(r["model_a"], r["model_b"], r["better_model"], r["median_dlogp"]))
@@ -98,6 +112,7 @@ def feature_examples(
             negative=top(latent, "negative", n_validation),
             comparisons=tuple(comparisons[latent]),
             rules=tuple(rules.get(latent, ())),
+            contrast=top(latent, "contrast", n_contrast),
         )
         for latent in latents
     ]

@@ -34,18 +34,20 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
     labeler = lc.resolved_labeler()
     if labeler == "llm" and not (lc.base_url and lc.model):
         raise ConfigError("label.labeler is 'llm' but label.base_url and label.model are not both set")
+    contrast = lc.contrast_examples if labeler == "llm" else 0
+    negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents), contrast)
+    columns = [c for c in contexts.column_names if c in negatives.column_names]
+    shown = pa.concat_tables([contexts.select(columns), negatives.select(columns).cast(contexts.select(columns).schema)])
+    examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, findings, contrast)
     if labeler == "llm" and lc.dry_run:
-        print_prompts(feature_examples(features, contexts, latents, lc.examples, lc.validation_examples, findings))
+        print_prompts(examples, cfg.seed, lc.fuzz_examples)
         return {"dry_run": True, "labeler": "llm", "model": lc.model, "features": len(latents), "requests": 0}
 
-    negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents))
     atomic_write_table(paths.label_negatives, negatives)
-    shown = pa.concat_tables([contexts.select(CONTEXT_COLUMNS), negatives.select(CONTEXT_COLUMNS).cast(contexts.select(CONTEXT_COLUMNS).schema)])
-    examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, findings)
     if labeler == "llm":
         results, stats = asyncio.run(label_with_llm(examples, lc, paths.label_cache, cfg.seed))
     else:
-        results, stats = {f.latent: heuristic_label(f, cfg.seed) for f in examples}, Stats()
+        results, stats = {f.latent: heuristic_label(f, cfg.seed, lc.fuzz_examples) for f in examples}, Stats()
 
     atomic_write_table(paths.labels, labels_table(features, results))
     cost = stats.prompt_tokens / 1000 * lc.prompt_cost_per_1k + stats.completion_tokens / 1000 * lc.completion_cost_per_1k
@@ -56,6 +58,7 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
         "features": len(examples),
         "labeled": sum(r.source != "unlabeled" for r in results.values()),
         "unlabeled": sum(r.source == "unlabeled" for r in results.values()),
+        "budget_exhausted": stats.budget_refused > 0,
         **asdict(stats),
         "cost": round(cost, 6),
     }
