@@ -184,7 +184,7 @@ def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> Lab
     """The context rules of the latent's findings, said in words ("... or ...": a context fits
     when any holds); for a latent without rules, the heuristic rule read off its train contexts."""
     if not feature.train:
-        return LabelResult(None, "unlabeled", reason="no train contexts in contexts.parquet")
+        return LabelResult(None, "unlabeled", reason="no train contexts")
     if feature.rules:
         label = " or ".join(r.describe() for r in feature.rules)
         return _judged(label, "rule", True, lambda c: any(context_matches(r, c) for r in feature.rules), feature, seed, n_fuzz)

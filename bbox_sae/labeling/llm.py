@@ -69,7 +69,7 @@ def _better(llm: LabelResult, offline: LabelResult) -> LabelResult:
 
 async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int) -> LabelResult:
     if not feature.train:
-        return LabelResult(None, "unlabeled", reason="no train contexts in contexts.parquet")
+        return LabelResult(None, "unlabeled", reason="no train contexts")
     offline = heuristic_label(feature, seed, asker.cfg.fuzz_examples)
     try:
         answer = await asker.ask("label", label_messages(feature, offline.label), parse_label_reply)
