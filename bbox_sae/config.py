@@ -254,6 +254,15 @@ class LabelConfig(Section):
     temperature: float | None = Field(default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)")
     examples: int = Field(default=20, ge=1, description="train contexts shown to the labeler")
     validation_examples: int = Field(default=10, ge=1, description="holdout positives (and as many negatives)")
+    contrast_examples: int = Field(
+        default=10, ge=0, description="LLM labeler: train contexts of the same word forms where the latent is inactive, shown as counter-examples"
+    )
+    fuzz_examples: int = Field(
+        default=10, ge=0, description="holdout positives for fuzzing scoring, half with the mark moved to a wrong word; 0: no fuzzing"
+    )
+    max_tokens_total: int | None = Field(
+        default=None, ge=1, description="LLM labeler: send no request once this many prompt + completion tokens are spent"
+    )
     only_kept: bool = True
     json_mode: bool = True
     dry_run: bool = Field(default=False, description="LLM labeler: print the label prompts, send and write nothing")

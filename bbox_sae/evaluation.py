@@ -38,6 +38,7 @@ import yaml
 from bbox_sae.artifacts import atomic_write_json, read_table
 from bbox_sae.config import Config, save_resolved
 from bbox_sae.errors import ConfigError
+from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout
 from bbox_sae.rules import any_mask, rules_from_json
 
@@ -126,21 +127,12 @@ def _rows_to_words(words: pa.Table, run_dir: Path) -> np.ndarray:
 
 def _firing(cfg: Config, latents: list[int], source: str) -> tuple[np.ndarray, np.ndarray]:
     """Where each latent fires (the features stage's ranking encoder) over every row, and the holdout mask."""
-    from bbox_sae.dataset import open_matrix
-    from bbox_sae.features import firing, kmeans_encoder, random_sae_encoder, ranking_encoder, sae_encoder
-    from bbox_sae.sae import load_sae, run_dir_for, sample_mean
+    from bbox_sae.features import firing, make_encoder, open_rows
 
-    matrix, index, info = open_matrix(cfg)
-    split = index["split"].to_numpy(zero_copy_only=False)
-    train = index["row"].to_numpy()[split == "train"]
-    if source == "random":
-        encode = random_sae_encoder(cfg, matrix.shape[1], sample_mean(matrix, train, cfg.sae.seed))
-    elif source == "kmeans":
-        encode = kmeans_encoder(cfg, matrix, train)
-    else:
-        encode = sae_encoder(load_sae(run_dir_for(cfg)))
-    encode = ranking_encoder(encode, info["d_embedding"], info["performance"], cfg.features.ranking)
-    return firing(encode, matrix, latents, cfg.features.chunk_rows), split == "holdout"
+    m = open_rows(cfg)
+    encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
+    split = m.index["split"].to_numpy(zero_copy_only=False)
+    return firing(encode, m.values, latents, cfg.features.chunk_rows), split == "holdout"
 
 
 def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], masks_by_row: dict[str, np.ndarray], source: str) -> dict:
@@ -212,11 +204,11 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
 def _row_attributes(cfg: Config):
     """Rule attributes of every row of `cfg.out`'s build index."""
     from bbox_sae.dataset import open_matrix
-    from bbox_sae.features import _word_attributes, _words_by_row
+    from bbox_sae.features import word_attributes_by_position, words_by_row
 
     _, index, _ = open_matrix(cfg)
-    _, position = _words_by_row(cfg, index)
-    return _word_attributes(cfg).take(position)
+    _, position = words_by_row(cfg, index)
+    return word_attributes_by_position(cfg).take(position)
 
 
 def _group_rows(top: pa.Table) -> dict[int, np.ndarray]:
@@ -259,9 +251,8 @@ def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     variants["no-performance (w=0)"] = (w0.out, w0.out, "sae")
     for baseline in ("random", "kmeans"):
         run_features(cfg, baseline=baseline)
-        dest = cfg.paths.baseline(baseline).root
-        run_label(cfg.model_copy(update={"output_dir": str(dest)}))
-        variants[f"{baseline} baseline"] = (cfg.out, dest, baseline)
+        run_label(cfg, baseline=baseline)
+        variants[f"{baseline} baseline"] = (cfg.out, cfg.paths.baseline(baseline).root, baseline)
     return variants
 
 
@@ -354,7 +345,7 @@ def run_ablation(cfg: Config) -> dict:
     """`bbox eval ablation`: the ablation table on an existing run (no ground truth: kept counts and label scores)."""
     results = {}
     for name, (_, feat_dir, _) in ablation_variants(cfg).items():
-        features = read_table(RunLayout(feat_dir).features)
+        features = labeled_features(RunLayout(feat_dir))
         kept = features.filter(pc.field("kept")).to_pylist() if features.num_rows else []
         scores = [f.get("label_score") for f in kept if f.get("label_score") is not None]
         results[name] = {
@@ -387,7 +378,7 @@ def coherence_summary(features: pa.Table, findings: pa.Table) -> dict:
 
 def run_coherence(cfg: Config) -> dict:
     """`bbox eval coherence`: how nameable a finished run's findings are (no ground truth needed)."""
-    summary = coherence_summary(read_table(cfg.paths.features), read_table(cfg.paths.findings))
+    summary = coherence_summary(labeled_features(cfg.paths), read_table(cfg.paths.findings))
     atomic_write_json(cfg.paths.coherence, summary)
     _print_table("Coherence of kept latents", ["measure", "value"], [[k, _fmt(v)] for k, v in summary.items()])
     return summary

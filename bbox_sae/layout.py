@@ -171,8 +171,16 @@ class RunLayout:
 
     # label
     @property
+    def labels(self) -> Path:
+        return self.root / "labels.parquet"
+
+    @property
     def labels_dir(self) -> Path:
         return self.root / "labels"
+
+    @property
+    def label_negatives(self) -> Path:
+        return self.labels_dir / "negatives.parquet"
 
     @property
     def label_cache(self) -> Path:

@@ -179,20 +179,21 @@ STAGES: list[Stage] = [
         "top activations, context rules tested on held-out text, findings",
         _features,
         inputs=("ingest", "build", "train"),
-        # Negative examples are drawn here for the labeler's validation, hence the label fields.
-        settings=lambda c: {**_sections(c, "features", "compare"), "negatives": [c.label.only_kept, c.label.validation_examples]},
+        settings=lambda c: _sections(c, "features", "compare"),
         outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
     ),
     Stage(
         "label",
         "label kept features (LLM endpoint or heuristic)",
         _label,
-        inputs=("features",),
+        # The negatives for validation are drawn here, from the matrix through the trained SAE.
+        inputs=("ingest", "build", "train", "features"),
         # Operational knobs do not change the answers (and answers are cached anyway).
         settings=lambda c: {
-            "label": c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"})
+            "label": c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"}),
+            "seed": c.seed,
         },
-        outputs=lambda c: [c.paths.features],
+        outputs=lambda c: [c.paths.labels, c.paths.label_negatives, c.paths.label_stats],
     ),
     Stage(
         "report",
@@ -217,12 +218,6 @@ def ancestors(name: str) -> list[str]:
             found.add(dep)
             todo.extend(BY_NAME[dep].inputs)
     return [n for n in STAGE_NAMES if n in found]
-
-
-def _rewritten_later(stage: Stage, cfg: Config) -> set[Path]:
-    """Outputs a later stage writes again (label adds its columns to features.parquet)."""
-    later = STAGE_NAMES[STAGE_NAMES.index(stage.name) + 1 :]
-    return {p for n in later for p in BY_NAME[n].outputs(cfg)}
 
 
 # ---------------------------------------------------------------- the manifest
@@ -260,14 +255,11 @@ def _describe_outputs(cfg: Config, paths: list[Path]) -> dict:
 def _outputs_unchanged(cfg: Config, stage: Stage, recorded: dict) -> bool:
     """The outputs are still the ones the stage wrote: shard checksums for tables, size and time
     for single files (each written by atomic rename, so any rewrite changes its time)."""
-    rewritten = _rewritten_later(stage, cfg)
     for p in stage.outputs(cfg):
         rel = str(p.relative_to(cfg.out))
         was = recorded.get(rel)
         if was is None or not p.exists():
             return False
-        if p in rewritten:
-            continue  # its current content is the later stage's to vouch for
         if "shards" in was:
             if not p.is_dir() or _sharded_digest(p) != was["shards"]:
                 return False
@@ -369,6 +361,8 @@ def run_command(name: str, cfg: Config, **options) -> dict | None:
     stage = BY_NAME[name]
     require_current_inputs(stage, cfg)
     partial = bool(options.get("models") or options.get("shard") not in (None, "0/1"))
+    # A dry run writes nothing, so it must not be recorded as having labeled.
+    partial = partial or (name == "label" and cfg.label.dry_run)
     if name == "features" and options.get("baseline"):
         return stage.run(cfg, None, **options)  # writes under baselines/, not the stage's outputs
     return execute(stage, cfg, complete=not partial, **options)

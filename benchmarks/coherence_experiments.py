@@ -35,7 +35,7 @@ def rescore(setup: str, variant: str) -> dict:
     from bbox_sae.config import load_config
     from bbox_sae.evaluation import _rows_to_words, coherence_summary, load_rules, rule_masks, score_recovery, stability
     from bbox_sae.features import run_features
-    from bbox_sae.labeling import run_label
+    from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.layout import RunLayout
 
     path = RESULTS / f"{setup}__{variant}.json"
@@ -63,7 +63,7 @@ def rescore(setup: str, variant: str) -> dict:
         row = {**row, **result, "null_kept": nulls}
     else:
         findings = read_table(paths.findings).to_pylist()
-        row = {**row, **coherence_summary(read_table(paths.features), read_table(paths.findings))}
+        row = {**row, **coherence_summary(labeled_features(paths), read_table(paths.findings))}
         row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
         if row.get("stability"):
             row["stability"] = {**stability([out, *sorted(out.glob("seed[0-9]*"))]), "runs": row["stability"]["runs"]}
@@ -75,6 +75,7 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
     from bbox_sae.config import load_config, save_resolved
     from bbox_sae.evaluation import _extract, _link_inputs, coherence_summary, run_planted, stability
     from bbox_sae.artifacts import read_table
+    from bbox_sae.labeling import labeled_features
     from bbox_sae.layout import RunLayout
 
     config, rules = SETUPS[setup]
@@ -92,7 +93,7 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
         row = {**results["variants"]["full"], "null_kept": [r["kept_findings"] for r in results["null"]]}
     else:
         _extract(cfg)
-        row = coherence_summary(read_table(paths.features), read_table(paths.findings))
+        row = coherence_summary(labeled_features(paths), read_table(paths.findings))
         if stability_seeds > 1:
             dirs = [out]
             for seed in range(1, stability_seeds):

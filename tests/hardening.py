@@ -41,7 +41,7 @@ OUTPUTS = {
     "build": ["build"],
     "train": ["sae"],
     "features": ["features.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json"],
-    "label": ["labels"],
+    "label": ["labels.parquet", "labels"],
     "report": ["report.html", "report.md"],
 }
 COMPARED = {
@@ -50,7 +50,7 @@ COMPARED = {
     "build": ["build"],
     "train": ["sae/topk-d32-k4/sae_weights.safetensors", "sae/topk-d32-k4/cfg.json"],
     "features": ["features.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json"],
-    "label": ["features.parquet", "labels/labels.json"],
+    "label": ["labels.parquet", "labels/labels.json", "labels/negatives.parquet"],
     "report": ["report.html", "report.md"],
 }
 TIMING_FILES = {"stats-0of1.json", "stats.json", "metrics.json", "config.yaml", "key.txt"}
@@ -106,7 +106,7 @@ def build_reference(config_path: Path, stages: list[str]) -> dict[str, int]:
             counter = killpoint.install(0, None, mp.setattr)
             run_stage_in_process(stage, cfg)
         counts[stage] = counter["n"]
-        # What this stage wrote, as it wrote it (label rewrites features.parquet later on).
+        # What this stage wrote, as it wrote it.
         for rel, path in _files(cfg.out, COMPARED[stage]).items():
             dest = snapshot(cfg.out, stage) / rel
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -202,8 +202,22 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     features = read_table(cfg.out / "features.parquet")
     kept = features.filter(pc.field("kept")).to_pylist()
     assert kept and all(f["finding"] is not None and "were" in f["rule"] for f in kept)
-    contexts = read_table(cfg.out / "contexts.parquet")
+    from bbox_sae.labeling import run_label
+
+    run_label(cfg)  # the label stage draws the negatives for validation
+    negatives = read_table(cfg.paths.label_negatives)
+    contexts = pa.concat_tables([read_table(cfg.out / "contexts.parquet"), negatives])
     assert set(contexts["split"].to_pylist()) >= {"train", "holdout", "negative"}
+    # Negatives are holdout words, never one of the latent's own top activations, at most
+    # validation_examples per latent, all for labeled (kept) latents.
+    holdout_keys = {(d, w) for d, w, sp in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist(), index["split"].to_pylist()) if sp == "holdout"}
+    top = read_table(cfg.paths.contexts).to_pylist()
+    for n in negatives.to_pylist():
+        assert (n["doc_id"], n["word_idx"]) in holdout_keys and n["activation"] == 0.0
+        assert not any(t["latent"] == n["latent"] and (t["doc_id"], t["word_idx"]) == (n["doc_id"], n["word_idx"]) for t in top)
+    per_latent = pc.value_counts(negatives["latent"]).to_pylist()
+    assert per_latent and all(c["counts"] <= cfg.label.validation_examples for c in per_latent)
+    assert {c["values"] for c in per_latent} <= {f["latent"] for f in kept}
     assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
     stats = json.loads((cfg.out / "corpus_stats.json").read_text())
     assert stats["models"]["A"]["mean_logprob"] > stats["models"]["B"]["mean_logprob"]

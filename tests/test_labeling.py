@@ -1,5 +1,8 @@
 """Labeling (issue 6): the real `openai` client over HTTP against a scripted local server,
-detection scoring, and the offline heuristic labeler."""
+detection scoring, and the offline heuristic labeler.
+
+The fixtures write features.parquet and contexts.parquet directly, with no matrix or SAE behind
+them, so the negatives the label stage would draw are the fixture's own (`fixture_negatives`)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from email.utils import format_datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from fake_openai import FakeOpenAI, Reply, json_reply, user_text
@@ -23,11 +27,13 @@ from bbox_sae.labeling import (
     describe,
     detection_scores,
     heuristic_rule,
+    labeled_features,
     parse_detection_reply,
     parse_label_reply,
     rule_matches,
     run_label,
 )
+from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
 
 MODELS = ("a", "b", "c")
@@ -35,9 +41,19 @@ MODELS = ("a", "b", "c")
 # ---------------------------------------------------------------------------------------------
 # Fixtures: features.parquet / contexts.parquet exactly as docs/artifacts.md describes them
 
+NEGATIVES = "fixture-negatives.parquet"
+
+
+@pytest.fixture(autouse=True)
+def fixture_negatives(monkeypatch):
+    """The label stage's negatives are the fixture's `negative` (and `contrast`) rows."""
+    import bbox_sae.labeling.stage as stage
+
+    monkeypatch.setattr(stage, "draw_negatives", lambda cfg, source, forms, contrast=0: pq.read_table(cfg.out / NEGATIVES))
+
 
 def write_fixture(out: Path, latents: list[dict]) -> None:
-    """Each latent: {"latent", "kept", "pairs": [(model_a, model_b, median_dlogp)], "train"/"holdout"/"negative": [(left, word, right)]}."""
+    """Each latent: {"latent", "kept", "pairs": [(model_a, model_b, median_dlogp)], "train"/"holdout"/"negative"/"contrast": [(left, word, right)]}."""
     feats: dict[str, list] = {k: [] for k in FEATURE_SCHEMA.names}
     ctxs: dict[str, list] = {k: [] for k in CONTEXT_SCHEMA.names}
     for spec in latents:
@@ -56,20 +72,23 @@ def write_fixture(out: Path, latents: list[dict]) -> None:
             }
             for k, v in row.items():
                 feats[k].append(v)
-        for split in ("train", "holdout", "negative"):
+        for split in ("train", "holdout", "negative", "contrast"):
             for rank, (left, word, right) in enumerate(spec.get(split, [])):
                 row = {
                     "latent": spec["latent"], "split": split, "rank": rank,
                     "doc_id": f"doc{spec['latent']}-{split}-{rank}", "word_idx": rank,
-                    "activation": 0.0 if split == "negative" else 3.0 - 0.1 * rank,
-                    "in_top": split != "negative", "left": left, "word": word, "right": right,
+                    "activation": 0.0 if split in ("negative", "contrast") else 3.0 - 0.1 * rank,
+                    "in_top": split not in ("negative", "contrast"), "left": left, "word": word, "right": right,
                     **{f"logprob__{m}": -2.0 for m in MODELS},
                 }
                 for k, v in row.items():
                     ctxs[k].append(v)
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(feats, schema=FEATURE_SCHEMA), out / "features.parquet")
-    pq.write_table(pa.table(ctxs, schema=CONTEXT_SCHEMA), out / "contexts.parquet")
+    contexts = pa.table(ctxs, schema=CONTEXT_SCHEMA)
+    negative = pc.is_in(contexts["split"], value_set=pa.array(["negative", "contrast"]))
+    pq.write_table(contexts.filter(pc.invert(negative)), out / "contexts.parquet")
+    pq.write_table(contexts.filter(negative), out / NEGATIVES)
 
 
 _F64 = pa.float64()
@@ -112,6 +131,8 @@ def make_cfg(tmp: Path, **label):
 
 
 def llm_cfg(tmp: Path, server: FakeOpenAI, **label):
+    # The protocol tests below count label and detection requests; fuzzing has tests of its own.
+    label = {"fuzz_examples": 0, **label}
     return make_cfg(tmp, labeler="llm", base_url=server.base_url, model="judge", api_key_env="BBOX_TEST_UNSET_KEY", **label)
 
 
@@ -133,7 +154,7 @@ def smart(body: dict, index: int) -> Reply:
 
 
 def labels(tmp: Path) -> dict[int, dict]:
-    rows = pq.read_table(tmp / "features.parquet").to_pylist()
+    rows = labeled_features(RunLayout(tmp)).to_pylist()
     return {r["latent"]: r for r in rows}
 
 
@@ -161,7 +182,7 @@ def test_happy_path_writes_labels_scores_and_stats(tmp_path):
     with FakeOpenAI(responder) as server:
         result = run_label(llm_cfg(tmp_path, server, prompt_cost_per_1k=1.0, completion_cost_per_1k=2.0))
 
-    table = pq.read_table(tmp_path / "features.parquet")
+    table = labeled_features(RunLayout(tmp_path))
     assert table.num_rows == 4 and table.column_names[: len(FEATURE_SCHEMA)] == FEATURE_SCHEMA.names
     assert table.schema.field("label_score").type == pa.float64()
     assert table.schema.field("label_coherent").type == pa.bool_()
@@ -292,13 +313,13 @@ def test_rerun_is_served_from_cache_and_idempotent(tmp_path):
     with FakeOpenAI(smart) as server:
         cfg = llm_cfg(tmp_path, server)
         run_label(cfg)
-        first = pq.read_table(tmp_path / "features.parquet")
+        first = pq.read_table(tmp_path / "labels.parquet")
         sent = len(server.requests)
         result = run_label(cfg)
     assert sent == 4 and len(server.requests) == 4  # nothing sent the second time
     assert result["cache_hits"] == 4 and result["requests"] == 0 and result["prompt_tokens"] == 0
     assert len(list((tmp_path / "labels" / "cache").glob("*.json"))) == 4
-    second = pq.read_table(tmp_path / "features.parquet")
+    second = pq.read_table(tmp_path / "labels.parquet")
     assert second.column_names == first.column_names and second.equals(first)
 
 
@@ -467,3 +488,19 @@ def test_heuristic_labeler_end_to_end(tmp_path):
         assert r["label_coherent"] is True and r["label_reason"] is None
     assert result["labeler"] == "heuristic" and result["model"] is None
     assert result["requests"] == 0 and result["labeled"] == 3 and stats(tmp_path) == result
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage owns its settings
+
+
+@pytest.mark.parametrize("setting", [{"validation_examples": 3}, {"only_kept": False}, {"examples": 5}, {"labeler": "heuristic"}])
+def test_label_settings_are_in_the_label_key_only(tmp_path, setting):
+    from bbox_sae.stages import BY_NAME, stage_key
+
+    manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train", "features")}}
+    before, after = make_cfg(tmp_path), make_cfg(tmp_path, **setting)
+    for name in ("embed", "build", "train", "features"):  # (ingest and score read the corpus files)
+        # Nothing before the label stage re-runs when only a label setting changes.
+        assert stage_key(BY_NAME[name], before, manifest) == stage_key(BY_NAME[name], after, manifest)
+    assert stage_key(BY_NAME["label"], before, manifest) != stage_key(BY_NAME["label"], after, manifest)

@@ -11,6 +11,7 @@ import yaml
 
 from bbox_sae.artifacts import read_table
 from bbox_sae.config import load_config
+from bbox_sae.labeling import labeled_features
 from bbox_sae.pipeline import run_all
 from bbox_sae.stages import STAGE_NAMES
 
@@ -69,7 +70,7 @@ def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(config_p
     build = json.loads((out / "build" / "build.json").read_text())
     index = read_table(out / "build" / "index.parquet")
     assert build["rows"] == index.num_rows == build["rows_in"] - build["dropped_missing_logprob"] - build["dropped_nonfinite_embedding"]
-    features = read_table(out / "features.parquet")
+    features = labeled_features(cfg.paths)
     contexts = read_table(out / "contexts.parquet")
     assert features.num_rows > 0 and "label_source" in features.column_names
     assert set(contexts["latent"].to_pylist()) <= set(features["latent"].to_pylist())

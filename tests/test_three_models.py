@@ -91,8 +91,10 @@ def test_every_pair_gets_features_for_the_same_latents_and_the_deltas_add_up(run
 
 
 def test_every_pair_has_labelled_kept_features_and_a_latent_keeps_one_label(run):
+    from bbox_sae.labeling import labeled_features
+
     cfg, _ = run
-    rows = read_table(cfg.out / "features.parquet").to_pylist()
+    rows = labeled_features(cfg.paths).to_pylist()
     for pair in PAIRS:
         kept = [r for r in rows if (r["model_a"], r["model_b"]) == pair and r["kept"]]
         assert kept, pair

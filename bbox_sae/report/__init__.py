@@ -2,8 +2,8 @@
 
 Inputs (`cfg.paths`): `features.parquet`, `contexts.parquet` and `corpus_stats.json` are
 required; `documents.parquet` (document domains), `corpus_stats.json`'s `domains` (perplexity
-per domain) and each SAE run's `metrics.json` are used when present; label columns of the
-feature table are optional. With domains, each feature's card tells in which domains its top
+per domain), `labels.parquet` (joined on latent and pair) and each SAE run's `metrics.json` are
+used when present. With domains, each feature's card tells in which domains its top
 words occur and whether its difference holds there, and the feature list can be filtered by
 domain.
 

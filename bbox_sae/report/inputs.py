@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from bbox_sae.artifacts import read_table, require_columns, resolve_files
 from bbox_sae.config import Config
 from bbox_sae.errors import ArtifactError
+from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.report.markup import num
 
@@ -59,17 +60,15 @@ def _feature_record(row: dict, extra: list[str]) -> dict:
 
 
 def read_feature_table(paths: RunLayout) -> pa.Table:
-    """features.parquet with the label columns. The label stage writes its columns into this
-    table today; should labels get a table of their own, this is the one place to join it (on
-    `latent`)."""
-    table = read_table(paths.features)
+    """features.parquet with the label columns of labels.parquet joined on (latent, pair)."""
+    table = labeled_features(paths)
     require_columns(table, FEATURE_REQUIRED, str(paths.features))
     return table
 
 
 def load_features(table: pa.Table) -> tuple[list[dict], list[str]]:
-    """Feature records, and which of EXTRA_SCORE_COLUMNS the table has."""
-    extra = [c for c in EXTRA_SCORE_COLUMNS if c in table.column_names]
+    """Feature records, and which of EXTRA_SCORE_COLUMNS the table fills for at least one feature."""
+    extra = [c for c in EXTRA_SCORE_COLUMNS if c in table.column_names and table[c].null_count < table.num_rows]
     return [_feature_record(r, extra) for r in table.to_pylist()], extra
 
 

@@ -1,0 +1,28 @@
+"""Feature extraction: latents become findings ("model A beats B on this group of words").
+
+For every latent: its top-N activations on the train split and, apart, on the holdout split
+(streamed), ranked by the activation on *Δ-blind* rows (`features.ranking: blind`: the models'
+performance columns made equal, so the ranking never sees which model won). On the top words
+after the paper's percentile rule, Δ = log p_A − log p_B statistics on train (median, mean,
+median Δp, sign consistency, bootstrap CI) select; the same statistics on the holdout top words
+test (Wilcoxon p, BH q across latents, same sign and at least half the size). A latent passing
+both gets its best context rule (`rules.py`), whose held-out F1 measures coherence; `kept`
+latents (optionally with `min_rule_f1`) are grouped into findings (`findings.py`).
+
+Modules: `encoders` (SAE / baselines, Δ-blind ranking, the chunked pass over rows),
+`activations` (top activations, firing), `statistics` (Δ tests and filters), `grouping`
+(rules and findings), `contexts` (text around a row's word), `stage` (`run_features`).
+"""
+
+from bbox_sae.features.activations import TopActivations, firing, top_activations, top_words
+from bbox_sae.features.contexts import contexts_table, cut_context, word_attributes_by_position, words_by_row
+from bbox_sae.features.encoders import Encoder, blind_rows, encode_rows, make_encoder, ranking_encoder
+from bbox_sae.features.grouping import FINDING_SCHEMA, TESTED_RULE_SCHEMA
+from bbox_sae.features.stage import Matrix, features_layout, open_rows, run_features
+from bbox_sae.features.statistics import FEATURE_SCHEMA
+
+__all__ = [
+    "Encoder", "FEATURE_SCHEMA", "FINDING_SCHEMA", "Matrix", "TESTED_RULE_SCHEMA", "TopActivations", "blind_rows",
+    "contexts_table", "cut_context", "encode_rows", "features_layout", "firing", "make_encoder", "open_rows",
+    "ranking_encoder", "run_features", "top_activations", "top_words", "word_attributes_by_position", "words_by_row",
+]

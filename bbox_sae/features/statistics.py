@@ -1,0 +1,172 @@
+"""Per-latent Δ statistics (selection on train top words, test on holdout top words), the
+filters that keep a latent, and the corpus-level comparison."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from bbox_sae.config import FeaturesConfig
+from bbox_sae.features.activations import TopActivations, top_words
+from bbox_sae.findings import top_forms
+from bbox_sae.layout import logprob_column
+from bbox_sae.stats import bh_qvalues, coherence, delta_stats, generalizes
+
+
+def pair_stats(rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, n_boot: int, seed: int) -> dict:
+    """Δ statistics on the train top words (selection, shown) and on the holdout top words (the test)."""
+    d = lp_a[rows] - lp_b[rows]
+    dp = np.exp(lp_a[rows]) - np.exp(lp_b[rows])
+    stats = delta_stats(d, dp, n_boot, seed)
+    hd = lp_a[holdout_rows] - lp_b[holdout_rows]
+    hdp = np.exp(lp_a[holdout_rows]) - np.exp(lp_b[holdout_rows])
+    held = delta_stats(hd, hdp, n_boot, seed + 1)
+    return {
+        **stats,
+        "holdout_median_dlogp": held["median_dlogp"],
+        "holdout_mean_dlogp": held["mean_dlogp"],
+        "holdout_median_dp": held["median_dp"],
+        "holdout_ci_low": held["ci_low"],
+        "holdout_ci_high": held["ci_high"],
+        "holdout_p_value": held["p_value"],
+        "generalizes": generalizes(stats["median_dlogp"], held["median_dlogp"]),
+    }
+
+
+def feature_rows(
+    top: TopActivations,
+    lp_by_row: dict[str, np.ndarray],
+    words_by_row: np.ndarray,
+    embedding_of: Callable[[np.ndarray], np.ndarray],
+    pairs: list[tuple[str, str]],
+    fcfg: FeaturesConfig,
+    seed: int,
+    source: str,
+) -> list[dict]:
+    out = []
+    n_latents = top.values["train"].shape[0]
+    for latent in tqdm(range(n_latents), desc="features: statistics", unit="latent", leave=False):
+        kept_rows = top_words(top, "train", latent)
+        if len(kept_rows) == 0:
+            continue
+        h_rows = top_words(top, "holdout", latent)
+        common = {
+            "latent": latent,
+            "n_top": int(len(kept_rows)),
+            "density": float(top.fire_counts[latent] / max(top.n_rows, 1)),
+            "max_activation": float(top.values["train"][latent].max()),
+            "coherence": coherence(embedding_of(kept_rows)),
+            "holdout_n": int(len(h_rows)),
+            "top_words": top_forms(words_by_row[kept_rows]),
+            "source": source,
+        }
+        for a, b in pairs:
+            stats = pair_stats(kept_rows, h_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed + latent)
+            out.append({**common, "model_a": a, "model_b": b, **stats})
+    return out
+
+
+def apply_filters(rows: list[dict], fcfg: FeaturesConfig) -> None:
+    """Adds q_value, paper_rule, kept and better_model.
+
+    q-values (BH, per pair, across latents) come from the holdout test, so significance is never
+    computed on the words whose Δ chose them."""
+    pairs = sorted({(r["model_a"], r["model_b"]) for r in rows})
+    for pair in pairs:
+        mine = [r for r in rows if (r["model_a"], r["model_b"]) == pair]
+        q = bh_qvalues(np.array([r["holdout_p_value"] for r in mine], dtype=np.float64))
+        for r, qv in zip(mine, q):
+            r["q_value"] = float(qv)
+    for r in rows:
+        med, mdp = r["median_dlogp"], r["median_dp"]
+        r["paper_rule"] = bool(abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp)
+        significant = (not fcfg.require_significance) or (np.isfinite(r["q_value"]) and r["q_value"] < fcfg.q_threshold)
+        valid = (not fcfg.require_generalize) or r["generalizes"]
+        enough = r["n_top"] >= fcfg.min_activations and r["holdout_n"] >= fcfg.min_activations
+        r["passes_delta"] = bool(r["paper_rule"] and significant and valid and enough)
+        r["kept"] = r["passes_delta"]
+        r["better_model"] = r["model_a"] if med > 0 else r["model_b"] if med < 0 else None
+
+
+FEATURE_SCHEMA = pa.schema(
+    [
+        ("latent", pa.int32()),
+        ("model_a", pa.string()),
+        ("model_b", pa.string()),
+        ("n_top", pa.int32()),
+        ("density", pa.float64()),
+        ("max_activation", pa.float64()),
+        ("median_dlogp", pa.float64()),
+        ("mean_dlogp", pa.float64()),
+        ("median_dp", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("consistency", pa.float64()),
+        ("p_value", pa.float64()),
+        ("q_value", pa.float64()),
+        ("coherence", pa.float64()),
+        ("holdout_n", pa.int32()),
+        ("holdout_median_dlogp", pa.float64()),
+        ("holdout_mean_dlogp", pa.float64()),
+        ("holdout_median_dp", pa.float64()),
+        ("holdout_ci_low", pa.float64()),
+        ("holdout_ci_high", pa.float64()),
+        ("holdout_p_value", pa.float64()),
+        ("generalizes", pa.bool_()),
+        ("paper_rule", pa.bool_()),
+        ("passes_delta", pa.bool_()),
+        ("rule", pa.string()),
+        ("rule_json", pa.string()),
+        ("rule_precision", pa.float64()),
+        ("rule_recall", pa.float64()),
+        ("rule_f1", pa.float64()),
+        ("kept", pa.bool_()),
+        ("finding", pa.int32()),
+        ("findings", pa.string()),
+        ("better_model", pa.string()),
+        ("top_words", pa.string()),
+        ("source", pa.string()),
+    ]
+)
+
+
+def corpus_stats(index: pa.Table, models: list[str], pairs: list[tuple[str, str]], n_docs: int) -> dict:
+    out = {"documents": n_docs, "words": index.num_rows, "models": {}, "pairs": [list(p) for p in pairs], "pair_stats": {}}
+    for m in models:
+        lp = index[logprob_column(m)].to_numpy()
+        out["models"][m] = {"mean_logprob": float(lp.mean()), "perplexity": float(np.exp(-lp.mean())), "words": int(len(lp))}
+    for a, b in pairs:
+        d = index[logprob_column(a)].to_numpy() - index[logprob_column(b)].to_numpy()
+        out["pair_stats"][f"{a} vs {b}"] = {"mean_dlogp": float(d.mean()), "median_dlogp": float(np.median(d)), "share_a_better": float((d > 0).mean())}
+    return out
+
+
+def print_summary(findings: pa.Table, features: pa.Table, stats: dict, limit: int = 25) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    header = Table(title="Corpus-level comparison (same words)")
+    for col in ("model", "mean log p", "perplexity", "words"):
+        header.add_column(col)
+    for m, s in stats["models"].items():
+        header.add_row(m, f"{s['mean_logprob']:.3f}", f"{s['perplexity']:.2f}", str(s["words"]))
+    console.print(header)
+    n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
+    table = Table(title=f"Findings: {findings.num_rows} ({n_kept} kept latents of {features.num_rows} live latent rows)")
+    for col in ("finding", "better", "holdout Δlog p [95% CI]", "rule (held-out F1)", "latents", "top words"):
+        table.add_column(col)
+    for r in findings.to_pylist()[:limit]:
+        table.add_row(
+            str(r["finding"]),
+            str(r["better_model"]),
+            f"{r['holdout_median_dlogp']:+.2f} [{r['holdout_ci_low']:+.2f}, {r['holdout_ci_high']:+.2f}]",
+            f"{r['rule']} ({r['rule_f1']:.2f})" if r["rule"] else "-",
+            str(r["latents"]),
+            (r["top_words"] or "")[:50],
+        )
+    console.print(table)

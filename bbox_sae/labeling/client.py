@@ -1,0 +1,160 @@
+"""The OpenAI-compatible asker: one concurrency limit, our retry policy, an answer cache on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import openai
+
+from bbox_sae.artifacts import atomic_write_json
+from bbox_sae.config import LabelConfig
+from bbox_sae.errors import EndpointError
+from bbox_sae.labeling.messages import PROMPT_VERSION, MalformedReply
+from bbox_sae.retry import backoff_delay, retry_after_seconds, retryable_status
+
+T = TypeVar("T")
+
+# 401/403/404 mean a wrong key, model or URL: every other request would fail the same way.
+_FATAL_STATUS = {401, 403, 404}
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    budget_refused: int = 0  # requests not sent because label.max_tokens_total was spent
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class RequestFailed(Exception):
+    """A request that failed for good; its message becomes the feature's `label_reason`."""
+
+
+class BudgetSpent(RequestFailed):
+    """label.max_tokens_total is spent: no further request is sent (answers in the cache still count)."""
+
+
+def cache_key(kind: str, model: str, messages: list[dict]) -> str:
+    payload = {"kind": kind, "model": model, "prompt_version": PROMPT_VERSION, "messages": messages}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _classify(err: MalformedReply | openai.APIError) -> str:
+    if isinstance(err, openai.APIStatusError):
+        if err.status_code in _FATAL_STATUS:
+            return "fatal"
+        return "retry" if retryable_status(err.status_code) else "fail"
+    # Connection errors include timeouts; anything else (e.g. a body the client cannot parse) is final.
+    return "retry" if isinstance(err, (MalformedReply, openai.APIConnectionError)) else "fail"
+
+
+def _describe(err: MalformedReply | openai.APIError) -> str:
+    if isinstance(err, openai.APIStatusError):
+        detail = err.body.get("message") if isinstance(err.body, dict) else None
+        return f"HTTP {err.status_code}" + (f": {str(detail)[:200]}" if detail else "")
+    if isinstance(err, openai.APITimeoutError):
+        return "timed out"
+    return str(err)
+
+
+def _reply_text(response: object) -> str:
+    try:
+        content = response.choices[0].message.content  # type: ignore[attr-defined]
+    except (AttributeError, IndexError, TypeError):
+        raise MalformedReply("response has no choices") from None
+    if not isinstance(content, str):
+        raise MalformedReply("response has no text content")
+    return content
+
+
+def _read_cache(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["content"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def open_client(cfg: LabelConfig, api_key: str | None) -> openai.AsyncOpenAI:
+    # max_retries=0: the client's own retries would hide 429/5xx from our policy and its counters.
+    return openai.AsyncOpenAI(base_url=cfg.base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=cfg.timeout_s)
+
+
+class Asker:
+    """Sends chat requests under one concurrency limit, with our retry policy and the answer cache."""
+
+    def __init__(self, client: openai.AsyncOpenAI, cfg: LabelConfig, cache_dir: Path, stats: Stats, rng: random.Random):
+        self.client, self.cfg, self.cache_dir, self.stats, self.rng = client, cfg, cache_dir, stats, rng
+        self._slots = asyncio.Semaphore(cfg.concurrency)
+
+    async def ask(self, kind: str, messages: list[dict], parse: Callable[[str], T]) -> T:
+        path = self.cache_dir / f"{cache_key(kind, self.cfg.model, messages)}.json"
+        cached = _read_cache(path)
+        if cached is not None:
+            try:
+                value = parse(cached)
+            except MalformedReply:
+                pass  # written by another parser version: ask again
+            else:
+                self.stats.cache_hits += 1
+                return value
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                content = await self._send(kind, messages)
+                value = parse(content)
+            except (MalformedReply, openai.APIError) as err:
+                action = _classify(err)
+                if action == "fatal":
+                    raise EndpointError(
+                        f"{self.cfg.base_url}: {_describe(err)} for model '{self.cfg.model}'; "
+                        f"check label.base_url, label.model and ${self.cfg.api_key_env}"
+                    ) from None
+                if action == "fail" or attempt > self.cfg.max_retries:
+                    self.stats.failures += 1
+                    raise RequestFailed(f"{kind} request failed after {attempt} attempt(s): {_describe(err)}") from None
+                self.stats.retries += 1
+                headers = getattr(getattr(err, "response", None), "headers", {})
+                wait = backoff_delay(
+                    attempt - 1, self.cfg.backoff_base_s, self.cfg.backoff_max_s, self.rng.random(), retry_after_seconds(headers)
+                )
+                await asyncio.sleep(wait)
+                continue
+            atomic_write_json(path, {"kind": kind, "model": self.cfg.model, "prompt_version": PROMPT_VERSION, "content": content})
+            return value
+
+    def _check_budget(self, kind: str) -> None:
+        budget = self.cfg.max_tokens_total
+        if budget is not None and self.stats.tokens >= budget:
+            self.stats.budget_refused += 1
+            raise BudgetSpent(f"{kind} request not sent: token budget spent ({self.stats.tokens} of label.max_tokens_total={budget})")
+
+    async def _send(self, kind: str, messages: list[dict]) -> str:
+        extra: dict = {}
+        if self.cfg.json_mode:
+            extra["response_format"] = {"type": "json_object"}
+        if self.cfg.temperature is not None:
+            extra["temperature"] = self.cfg.temperature
+        async with self._slots:
+            # Checked with the slot held: requests waiting for a slot see the tokens of those before them.
+            self._check_budget(kind)
+            self.stats.requests += 1
+            response = await self.client.chat.completions.create(model=self.cfg.model, messages=messages, **extra)
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            self.stats.prompt_tokens += usage.prompt_tokens or 0
+            self.stats.completion_tokens += usage.completion_tokens or 0
+        return _reply_text(response)

@@ -1,0 +1,96 @@
+"""The LLM labeler (delphi-grade): one label request per feature, shown activating excerpts with
+both models' probabilities, counter-examples of the same word forms and the offline label as a
+hint; then the label is scored by detection and by fuzzing, and the better-scoring of the LLM's
+label and the offline one is kept."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from bbox_sae.config import LabelConfig
+from bbox_sae.labeling.client import Asker, RequestFailed, Stats, open_client
+from bbox_sae.labeling.heuristic import heuristic_label
+from bbox_sae.labeling.messages import (
+    detection_messages,
+    fuzz_messages,
+    label_messages,
+    parse_detection_reply,
+    parse_fuzz_reply,
+    parse_label_reply,
+)
+from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
+from bbox_sae.labeling.scoring import detection_scores, fuzz_set
+
+log = logging.getLogger(__name__)
+
+
+async def _judge(asker: Asker, kind: str, messages: list[dict], examples: Sequence[Context], truth: Sequence[bool]):
+    parse = parse_detection_reply if kind == "detect" else parse_fuzz_reply
+    picked = await asker.ask(kind, messages, lambda text: parse(text, len(examples)))
+    return detection_scores(truth, [i in picked for i in range(1, len(examples) + 1)])
+
+
+async def _scored(asker: Asker, feature: FeatureExamples, description: str, coherent: bool, seed: int) -> LabelResult:
+    source = f"llm:{asker.cfg.model}"
+    result = LabelResult(description, source, coherent=coherent)
+    examples, truth = validation_set(feature, seed)
+    if examples:
+        try:
+            scores = await _judge(asker, "detect", detection_messages(description, examples), examples, truth)
+        except RequestFailed as err:
+            log.warning("latent %d not validated: %s", feature.latent, err)
+            return replace(result, reason=f"validation failed: {err}")
+        result = replace(result, score=scores.balanced_accuracy, precision=scores.precision, recall=scores.recall)
+    fuzzed, correct = fuzz_set(feature, asker.cfg.fuzz_examples, seed)
+    if fuzzed:
+        try:
+            fuzz = await _judge(asker, "fuzz", fuzz_messages(description, fuzzed), fuzzed, correct)
+        except RequestFailed as err:
+            log.warning("latent %d not fuzzed: %s", feature.latent, err)
+            return replace(result, reason=f"fuzzing failed: {err}")
+        result = replace(result, fuzz=fuzz.balanced_accuracy)
+    return result
+
+
+def _better(llm: LabelResult, offline: LabelResult) -> LabelResult:
+    """The offline label when it scores higher on detection (a tie keeps the LLM's, which read it)."""
+    if offline.label is None or offline.score is None or (llm.score is not None and llm.score >= offline.score):
+        return llm
+    why = f"{offline.source} label scored higher than {llm.source}'s (detection {offline.score:.2f} vs "
+    why += f"{'n/a' if llm.score is None else format(llm.score, '.2f')}): {llm.label}"
+    return replace(offline, reason=why)
+
+
+async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int) -> LabelResult:
+    if not feature.train:
+        return LabelResult(None, "unlabeled", reason="no train contexts")
+    offline = heuristic_label(feature, seed, asker.cfg.fuzz_examples)
+    try:
+        answer = await asker.ask("label", label_messages(feature, offline.label), parse_label_reply)
+    except RequestFailed as err:
+        log.warning("latent %d unlabeled: %s", feature.latent, err)
+        return LabelResult(None, "unlabeled", reason=str(err))
+    llm = await _scored(asker, feature, answer.description, answer.coherent, seed)
+    return llm if llm.reason else _better(llm, offline)
+
+
+async def label_with_llm(features: Sequence[FeatureExamples], cfg: LabelConfig, cache_dir: Path, seed: int) -> tuple[dict[int, LabelResult], Stats]:
+    stats = Stats()
+    async with open_client(cfg, os.environ.get(cfg.api_key_env)) as client:
+        asker = Asker(client, cfg, cache_dir, stats, random.Random(seed))
+        results = await asyncio.gather(*(_llm_label_one(asker, f, seed) for f in features))
+    return {f.latent: r for f, r in zip(features, results)}, stats
+
+
+def print_prompts(features: Sequence[FeatureExamples], seed: int, n_fuzz: int) -> None:
+    for f in features:
+        print(f"=== latent {f.latent}: label prompt ===")
+        for message in label_messages(f, heuristic_label(f, seed, n_fuzz).label):
+            print(f"[{message['role']}]\n{message['content']}")
+    print("(detection and fuzzing prompts are built from the labels, so a dry run cannot show them)")

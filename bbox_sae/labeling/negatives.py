@@ -1,0 +1,74 @@
+"""Words where a latent is inactive, drawn by the label stage.
+
+`negative`: for validation, holdout words, half of them with the latent's own top word forms (so
+a label that only names the word fails on them), half random. `contrast`: for the LLM labeler's
+prompt (delphi's contrastive explainer), train words of those same forms only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from bbox_sae.config import Config
+from bbox_sae.features import Encoder, contexts_table, encode_rows, make_encoder, open_rows, words_by_row
+from bbox_sae.rules import normalize_form
+
+
+def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
+    """Each latent's train top word forms (`in_top` rows of contexts.parquet), by latent order."""
+    top = contexts.filter(pc.and_(pc.equal(contexts["split"], "train"), pc.fill_null(contexts["in_top"], False)))
+    forms: dict[int, set[str]] = {latent: set() for latent in sorted(latents)}
+    for latent, word in zip(top["latent"].to_pylist(), top["word"].to_pylist()):
+        if latent in forms:
+            forms[latent].add(normalize_form(word or ""))
+    return forms
+
+
+def negative_rows(
+    encode: Encoder, matrix: np.ndarray, forms_of: dict[int, set[str]], pool: np.ndarray, pool_forms: np.ndarray, n: int, seed: int, chunk_rows: int,
+    same_only: bool = False,
+) -> dict[int, np.ndarray]:
+    """Per latent: up to `n` rows of `pool` (sorted) where it is inactive, half with its forms and
+    half random, or (`same_only`) all with its forms."""
+    rng = np.random.default_rng(seed)
+    candidates: dict[int, np.ndarray] = {}
+    for latent, forms in forms_of.items():
+        same = pool[np.isin(pool_forms, list(forms))]
+        same = rng.choice(same, size=min(len(same), 4 * n), replace=False) if len(same) else same
+        rand = rng.choice(pool, size=0 if same_only else min(len(pool), 4 * n), replace=False)
+        candidates[latent] = np.unique(np.concatenate([same, rand]).astype(np.int64))
+    if not candidates:
+        return {}
+    all_rows = np.unique(np.concatenate(list(candidates.values())))
+    acts = torch.cat([a for _, a in encode_rows(encode, matrix, all_rows, chunk_rows)])
+    position = {r: i for i, r in enumerate(all_rows.tolist())}
+    out = {}
+    for latent, rows in candidates.items():
+        inactive = rows[[acts[position[r], latent].item() <= 0 for r in rows.tolist()]]
+        is_same = np.isin(pool_forms[np.searchsorted(pool, inactive)], list(forms_of[latent]))
+        same, other = inactive[is_same], inactive[~is_same]
+        pick_same = rng.permutation(same)[: n if same_only else n // 2]
+        pick_other = rng.permutation(other)[: n - len(pick_same)]
+        out[latent] = np.concatenate([pick_same, pick_other])
+    return out
+
+
+def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]], contrast: int = 0) -> pa.Table:
+    """contexts.parquet-shaped rows (split `negative`, and `contrast` when `contrast` > 0) for the
+    latents in `forms_of`, encoded by the features stage's encoder of `source` (`sae`, `random`, `kmeans`)."""
+    m = open_rows(cfg)
+    examples = []
+    if forms_of:
+        words_of_row, _ = words_by_row(cfg, m.index)
+        encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
+        draws = [("negative", "holdout", cfg.label.validation_examples, cfg.seed, False), ("contrast", "train", contrast, cfg.seed + 1, True)]
+        for split, pool_split, n, seed, same_only in draws:
+            pool = m.rows_by_split[pool_split]
+            if not (n and len(pool)):
+                continue
+            forms = np.array([normalize_form(w) for w in words_of_row[pool]], dtype=object)
+            rows = negative_rows(encode, m.values, forms_of, pool, forms, n, seed, cfg.features.chunk_rows, same_only)
+            examples += [(latent, split, rank, int(r), 0.0, False) for latent, picked in rows.items() for rank, r in enumerate(picked)]
+    return contexts_table(cfg, examples, m.index, m.models)

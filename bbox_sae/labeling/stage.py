@@ -1,0 +1,66 @@
+"""The label stage: negatives for validation, labels by the configured labeler, `labels.parquet`."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+
+import pyarrow as pa
+
+from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns
+from bbox_sae.config import Config
+from bbox_sae.errors import ConfigError
+from bbox_sae.features import features_layout
+from bbox_sae.labeling.client import Stats
+from bbox_sae.labeling.heuristic import heuristic_label
+from bbox_sae.labeling.llm import label_with_llm, print_prompts
+from bbox_sae.labeling.messages import PROMPT_VERSION
+from bbox_sae.labeling.negatives import draw_negatives, latent_forms
+from bbox_sae.labeling.records import CONTEXT_COLUMNS, FEATURE_COLUMNS, feature_examples, select_latents
+from bbox_sae.labeling.table import labels_table
+
+
+def run_label(cfg: Config, baseline: str | None = None) -> dict:
+    """Label the features of the run (or of a baseline's feature tables, `baselines/<name>/`)."""
+    baseline = baseline or (cfg.features.baseline if cfg.features.baseline != "none" else None)
+    paths = features_layout(cfg, baseline)
+    features = read_table(paths.features)
+    require_columns(features, FEATURE_COLUMNS, str(paths.features))
+    contexts = read_table(paths.contexts)
+    require_columns(contexts, CONTEXT_COLUMNS + ["in_top"], str(paths.contexts))
+    lc = cfg.label
+    latents = select_latents(features, lc.only_kept)
+    findings = read_table(paths.findings) if paths.findings.exists() else None
+    labeler = lc.resolved_labeler()
+    if labeler == "llm" and not (lc.base_url and lc.model):
+        raise ConfigError("label.labeler is 'llm' but label.base_url and label.model are not both set")
+    contrast = lc.contrast_examples if labeler == "llm" else 0
+    negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents), contrast)
+    columns = [c for c in contexts.column_names if c in negatives.column_names]
+    shown = pa.concat_tables([contexts.select(columns), negatives.select(columns).cast(contexts.select(columns).schema)])
+    examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, findings, contrast)
+    if labeler == "llm" and lc.dry_run:
+        print_prompts(examples, cfg.seed, lc.fuzz_examples)
+        return {"dry_run": True, "labeler": "llm", "model": lc.model, "features": len(latents), "requests": 0}
+
+    atomic_write_table(paths.label_negatives, negatives)
+    if labeler == "llm":
+        results, stats = asyncio.run(label_with_llm(examples, lc, paths.label_cache, cfg.seed))
+    else:
+        results, stats = {f.latent: heuristic_label(f, cfg.seed, lc.fuzz_examples) for f in examples}, Stats()
+
+    atomic_write_table(paths.labels, labels_table(features, results))
+    cost = stats.prompt_tokens / 1000 * lc.prompt_cost_per_1k + stats.completion_tokens / 1000 * lc.completion_cost_per_1k
+    summary = {
+        "labeler": labeler,
+        "model": lc.model if labeler == "llm" else None,
+        "prompt_version": PROMPT_VERSION,
+        "features": len(examples),
+        "labeled": sum(r.source != "unlabeled" for r in results.values()),
+        "unlabeled": sum(r.source == "unlabeled" for r in results.values()),
+        "budget_exhausted": stats.budget_refused > 0,
+        **asdict(stats),
+        "cost": round(cost, 6),
+    }
+    atomic_write_json(paths.label_stats, summary)
+    return summary
