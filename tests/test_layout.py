@@ -17,6 +17,7 @@ from bbox_sae.artifacts import read_table
 from bbox_sae.config import config_from_dict
 from bbox_sae.layout import RunLayout, SaeRunLayout, logprob_column
 from bbox_sae.schemas import TOP_ACTIVATIONS_SCHEMA, contexts_schema
+from bbox_sae.labeling import run_label
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "artifacts.md"
 ROOT = Path("/run")
@@ -161,7 +162,7 @@ def features_run(tmp_path_factory, tiny_encoder):
             "embedding": {"model": str(tiny_encoder), "window": 32, "stride": 16},
             "sae": {"architecture": "topk", "d_sae": 16, "k": 2, "batch_size": 64, "epochs": 2, "lr": 0.003, "dead_feature_window": 10},
             "features": {"top_n": 8, "bootstrap_samples": 50},
-            # Negatives are drawn for every labeled latent: label them all, so the table holds every split.
+            # Negatives are drawn for every labeled latent: label them all, so some are drawn.
             "label": {"only_kept": False},
             "wandb": {"mode": "disabled"},
         }
@@ -188,7 +189,15 @@ def test_top_activations_conform_to_their_schema(features_run):
 def test_contexts_conform_to_their_schema(features_run):
     models = [m.name for m in features_run.models]
     contexts = read_table(features_run.paths.contexts)
-    assert set(contexts["split"].to_pylist()) == {"train", "holdout", "negative"}
+    assert set(contexts["split"].to_pylist()) == {"train", "holdout"}
     expected = contexts_schema(models)
     assert contexts.schema.remove_metadata().equals(expected), f"{contexts.schema} != {expected}"
     assert [logprob_column(m) for m in models] == expected.names[-len(models):]
+
+
+def test_label_negatives_conform_to_the_contexts_schema(features_run):
+    run_label(features_run)
+    negatives = read_table(features_run.paths.label_negatives)
+    assert set(negatives["split"].to_pylist()) == {"negative"}
+    expected = contexts_schema([m.name for m in features_run.models])
+    assert negatives.schema.remove_metadata().equals(expected), f"{negatives.schema} != {expected}"
