@@ -293,6 +293,25 @@ def run_build(cfg: Config) -> dict:
     return info
 
 
+# Rows per chunk when a pass encodes the matrix: memory stays at chunk × d_sae activations.
+ENCODE_CHUNK_ROWS = 8192
+
+
+def matrix_chunks(
+    matrix: np.ndarray, rows: np.ndarray, chunk_rows: int = ENCODE_CHUNK_ROWS, device: str | None = None, desc: str | None = None
+) -> Iterator[tuple[np.ndarray, "torch.Tensor"]]:
+    """(row ids, those rows as a float32 tensor on `device`) chunk by chunk, in the order of
+    `rows`: the one loop every pass over the matrix uses."""
+    import torch
+
+    bar = tqdm(total=len(rows), desc=desc, unit="row", leave=False, disable=desc is None)
+    for s in range(0, len(rows), chunk_rows):
+        idx = rows[s : s + chunk_rows]
+        yield idx, torch.from_numpy(np.asarray(matrix[idx], dtype=np.float32)).to(device)
+        bar.update(len(idx))
+    bar.close()
+
+
 def open_matrix(cfg: Config) -> tuple[np.ndarray, pa.Table, dict]:
     """The built matrix (memory-mapped, read-only), its index table, and build.json."""
     import json

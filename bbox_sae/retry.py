@@ -64,14 +64,6 @@ def classify(err: BaseException, timeout_s: float | None = None) -> Failure:
     # e.g. a body the client could not parse into its response type: asking again will not help.
     return Failure("fail", f"{type(err).__name__}: {err}")
 
-# HTTP statuses worth retrying besides any 5xx: timeout, conflict, rate limit.
-RETRY_STATUS = frozenset({408, 409, 429})
-
-
-def retryable_status(status: int) -> bool:
-    return status in RETRY_STATUS or status >= 500
-
-
 def backoff_delay(retry: int, base_s: float, max_s: float, jitter: float, retry_after_s: float | None) -> float:
     """Wait before retry number `retry` (0-based): exponential, jittered to 50-100% so parallel
     failures spread out, and never shorter than the server's Retry-After."""

@@ -25,7 +25,7 @@ import torch
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_text
 from bbox_sae.config import Config, SAEConfig
-from bbox_sae.dataset import open_matrix
+from bbox_sae.dataset import ENCODE_CHUNK_ROWS, matrix_chunks, open_matrix
 from bbox_sae.errors import ArtifactError, NumericalError
 from bbox_sae.layout import SaeRunLayout, checkpoint_complete, logprob_column
 
@@ -124,7 +124,7 @@ def sample_mean(matrix: np.ndarray, rows: np.ndarray, seed: int, n: int = 65536)
 
 
 @torch.no_grad()
-def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 8192) -> dict:
+def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = ENCODE_CHUNK_ROWS) -> dict:
     """Explained variance, MSE, mean L0 and dead-latent fraction on the given rows.
 
     Rows go in a seeded random order: a training SAE (BatchTopK) ranks activations across its
@@ -135,10 +135,11 @@ def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 8192) 
         return {"rows": 0}
     mean = torch.from_numpy(sample_mean(matrix, rows, seed=0)).float().to(device)
     order = np.random.default_rng(0).permutation(rows)
+    # Each batch keeps its random members but is read in row order (memory-mapped reads).
+    order = np.concatenate([np.sort(order[s : s + batch_size]) for s in range(0, len(order), batch_size)])
     sq_err = total_var = l0 = 0.0
     fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=device)
-    for s in range(0, len(order), batch_size):
-        x = torch.from_numpy(np.asarray(matrix[np.sort(order[s : s + batch_size])], dtype=np.float32)).to(device)
+    for _, x in matrix_chunks(matrix, order, batch_size, device):
         acts = sae.encode(x)
         recon = sae.decode(acts)
         sq_err += float((recon - x).pow(2).sum())
@@ -454,8 +455,7 @@ def _activation_frequency(sae, matrix: np.ndarray, rows: np.ndarray, n: int = 20
     pick = np.sort(np.random.default_rng(1).choice(rows, size=min(n, len(rows)), replace=False))
     device = next(sae.parameters()).device
     counts = torch.zeros(sae.cfg.d_sae, device=device)
-    for s in range(0, len(pick), 8192):
-        x = torch.from_numpy(np.asarray(matrix[pick[s : s + 8192]], dtype=np.float32)).to(device)
+    for _, x in matrix_chunks(matrix, pick, device=device):
         counts += (sae.encode(x) > 0).float().sum(0)
     return (counts / len(pick)).cpu().numpy()
 

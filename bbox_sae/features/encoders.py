@@ -10,9 +10,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from bbox_sae.config import Config
+from bbox_sae.dataset import matrix_chunks
 
 Encoder = Callable[[torch.Tensor], torch.Tensor]
 
@@ -86,13 +86,9 @@ def ranking_encoder(encode: Encoder, d_embedding: int, performance: str, ranking
 
 
 def encode_rows(encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-    """(row ids, activations) chunk by chunk: the one loop every pass over the matrix uses."""
-    bar = tqdm(total=len(rows), desc=desc, unit="row", leave=False, disable=desc is None)
-    for s in range(0, len(rows), chunk_rows):
-        idx = rows[s : s + chunk_rows]
-        yield idx, encode(torch.from_numpy(np.asarray(matrix[idx], dtype=np.float32)))
-        bar.update(len(idx))
-    bar.close()
+    """(row ids, activations) chunk by chunk."""
+    for idx, x in matrix_chunks(matrix, rows, chunk_rows, desc=desc):
+        yield idx, encode(x)
 
 
 def make_encoder(cfg: Config, source: str, matrix: np.ndarray, train_rows: np.ndarray, info: dict) -> tuple[Encoder, int]:

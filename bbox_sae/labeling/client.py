@@ -15,14 +15,11 @@ import openai
 from bbox_sae.artifacts import atomic_write_json
 from bbox_sae.config import LabelConfig
 from bbox_sae.errors import EndpointError
-from bbox_sae.labeling.messages import PROMPT_VERSION, MalformedReply
-from bbox_sae.retry import backoff_delay, retry_after_seconds, retryable_status
+from bbox_sae.labeling.messages import PROMPT_VERSION
+from bbox_sae.retry import MalformedReply
+from bbox_sae.retry import REQUEST_ERRORS, backoff_delay, classify
 
 T = TypeVar("T")
-
-# 401/403/404 mean a wrong key, model or URL: every other request would fail the same way.
-_FATAL_STATUS = {401, 403, 404}
-
 
 @dataclass
 class Stats:
@@ -50,24 +47,6 @@ class BudgetSpent(RequestFailed):
 def cache_key(kind: str, model: str, messages: list[dict]) -> str:
     payload = {"kind": kind, "model": model, "prompt_version": PROMPT_VERSION, "messages": messages}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def _classify(err: MalformedReply | openai.APIError) -> str:
-    if isinstance(err, openai.APIStatusError):
-        if err.status_code in _FATAL_STATUS:
-            return "fatal"
-        return "retry" if retryable_status(err.status_code) else "fail"
-    # Connection errors include timeouts; anything else (e.g. a body the client cannot parse) is final.
-    return "retry" if isinstance(err, (MalformedReply, openai.APIConnectionError)) else "fail"
-
-
-def _describe(err: MalformedReply | openai.APIError) -> str:
-    if isinstance(err, openai.APIStatusError):
-        detail = err.body.get("message") if isinstance(err.body, dict) else None
-        return f"HTTP {err.status_code}" + (f": {str(detail)[:200]}" if detail else "")
-    if isinstance(err, openai.APITimeoutError):
-        return "timed out"
-    return str(err)
 
 
 def _reply_text(response: object) -> str:
@@ -116,21 +95,18 @@ class Asker:
             try:
                 content = await self._send(kind, messages)
                 value = parse(content)
-            except (MalformedReply, openai.APIError) as err:
-                action = _classify(err)
-                if action == "fatal":
+            except REQUEST_ERRORS as err:
+                failure = classify(err, self.cfg.timeout_s)
+                if failure.action == "fatal":
                     raise EndpointError(
-                        f"{self.cfg.base_url}: {_describe(err)} for model '{self.cfg.model}'; "
+                        f"{self.cfg.base_url}: {failure.description} for model '{self.cfg.model}'; "
                         f"check label.base_url, label.model and ${self.cfg.api_key_env}"
                     ) from None
-                if action == "fail" or attempt > self.cfg.max_retries:
+                if failure.action == "fail" or attempt > self.cfg.max_retries:
                     self.stats.failures += 1
-                    raise RequestFailed(f"{kind} request failed after {attempt} attempt(s): {_describe(err)}") from None
+                    raise RequestFailed(f"{kind} request failed after {attempt} attempt(s): {failure.description}") from None
                 self.stats.retries += 1
-                headers = getattr(getattr(err, "response", None), "headers", {})
-                wait = backoff_delay(
-                    attempt - 1, self.cfg.backoff_base_s, self.cfg.backoff_max_s, self.rng.random(), retry_after_seconds(headers)
-                )
+                wait = backoff_delay(attempt - 1, self.cfg.backoff_base_s, self.cfg.backoff_max_s, self.rng.random(), failure.retry_after_s)
                 await asyncio.sleep(wait)
                 continue
             atomic_write_json(path, {"kind": kind, "model": self.cfg.model, "prompt_version": PROMPT_VERSION, "content": content})

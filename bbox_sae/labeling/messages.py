@@ -11,6 +11,7 @@ from string import Template
 from typing import Sequence
 
 from bbox_sae.labeling.records import Comparison, Context, FeatureExamples
+from bbox_sae.retry import MalformedReply
 
 # Bump when a prompt changes: it is part of every cache key, so old answers are not reused.
 PROMPT_VERSION = "2"
@@ -20,10 +21,6 @@ PROMPT_VERSION = "2"
 def prompt(name: str) -> Template:
     """`prompts/<name>.txt`, shipped as package data; `$field`s are filled by the callers."""
     return Template(files("bbox_sae.labeling").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8").rstrip("\n"))
-
-
-class MalformedReply(Exception):
-    """The endpoint answered, but not in the format asked for (retryable: sampling may fix it)."""
 
 
 @dataclass(frozen=True)
