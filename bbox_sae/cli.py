@@ -79,7 +79,7 @@ STAGE_OPTIONS = {"score": {"model": "models", "shard": "shard"}, "train": {"resu
 
 
 def dispatch(args) -> int:
-    from bbox_sae.config import save_resolved
+    from bbox_sae.config import ensure_output_dir, save_resolved
 
     cmd = args.command
     if cmd == "sweep":
@@ -93,7 +93,19 @@ def dispatch(args) -> int:
 
         run_all(cfg, force=args.force, until=args.until)  # saves the config once it holds the lock
         return 0
-    save_resolved(cfg)
+    if cmd == "score":
+        # Shard workers (`--shard i/n`, a Slurm array) share one output dir, so scoring takes no lock.
+        save_resolved(cfg)
+        return _single_command(cmd, cfg, args)
+    from bbox_sae.pipeline import run_lock
+
+    with run_lock(ensure_output_dir(cfg)):
+        # Only now, holding the lock: a command refused by it must leave the directory as it was.
+        save_resolved(cfg)
+        return _single_command(cmd, cfg, args)
+
+
+def _single_command(cmd: str, cfg, args) -> int:
     if cmd in STAGE_NAMES:
         from bbox_sae.stages import run_command
 

@@ -184,6 +184,16 @@ def test_refused_run_leaves_the_config_as_it_was(project, capsys):
     assert (project / "out" / "config.yaml").read_bytes() == before
 
 
+@pytest.mark.parametrize("command", [["build"], ["eval", "coherence"]])
+def test_single_stage_command_refused_by_the_lock_leaves_the_config_as_it_was(project, capsys, command):
+    assert run_until(capsys, project, "build")[0] == 0
+    before = (project / "out" / "config.yaml").read_bytes()
+    with run_lock(project / "out"):
+        code, err = bbox(capsys, *command, "-c", str(project / "cfg.yaml"), "--set", "sae.k=8")
+        assert_one_line_error(code, err, "in use by another bbox run")
+    assert (project / "out" / "config.yaml").read_bytes() == before
+
+
 def test_force_redoes_a_stage_and_those_after_it(project, capsys):
     assert run_until(capsys, project)[0] == 0
     code, err = run_until(capsys, project, "build", "--force", "embed")
