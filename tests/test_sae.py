@@ -202,3 +202,33 @@ def test_a_run_too_short_for_its_dead_window_warns(tmp_path, caplog):
     assert "sae.total_rows >= 102400" in caplog.text
     cfg_ok, _ = planted_run(tmp_path / "ok", n=3000, total_rows=30 * 512, dead_feature_window=15)
     assert run_train(cfg_ok)["warnings"] == []
+
+
+def test_interrupted_batchtopk_run_resumes_to_the_uninterrupted_model(tmp_path, monkeypatch):
+    """docs/reliability.md: a resumed BatchTopK SAE has the uninterrupted run's weights, and its
+    threshold (a running estimate, recalibrated on save) within float noise."""
+    settings = {"architecture": "batchtopk", "epochs": 6, "checkpoint_every": 10}
+    reference_cfg, _ = planted_run(tmp_path / "reference", n=4000, **settings)
+    run_train(reference_cfg)
+    cfg, _ = planted_run(tmp_path / "interrupted", n=4000, **settings)
+    original = RowBatches.__next__
+    calls = {"n": 0}
+
+    def dying_next(self):
+        calls["n"] += 1
+        if calls["n"] == 25:
+            raise KeyboardInterrupt  # after the step-10 and step-20 checkpoints
+        return original(self)
+
+    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+    with pytest.raises(KeyboardInterrupt):
+        run_train(cfg)
+    monkeypatch.setattr(RowBatches, "__next__", original)
+    assert run_train(cfg, resume=True)["resumed_from_step"] == 20
+    resumed, reference = load_sae(run_dir_for(cfg)).state_dict(), load_sae(run_dir_for(reference_cfg)).state_dict()
+    assert sorted(resumed) == sorted(reference)
+    for name in reference:
+        if name == "threshold":
+            assert torch.allclose(resumed[name], reference[name], rtol=0, atol=1e-6), name
+        else:
+            assert torch.equal(resumed[name], reference[name]), name
