@@ -227,6 +227,13 @@ def test_output_dir_that_is_a_file(project, capsys):
         assert_one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml")), f"output_dir {project / 'out'}: exists and is not a directory")
 
 
+def test_output_dir_inside_a_file_is_one_line(project, capsys):
+    (project / "blocker").write_text("a file")
+    for command in ("run", "ingest"):
+        line = assert_one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml"), "-o", str(project / "blocker" / "out")))
+        assert str(project / "blocker") in line, line
+
+
 @pytest.mark.parametrize(
     "code_, message",
     [(errno.EACCES, "Permission denied"), (errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")],
