@@ -34,13 +34,19 @@ def _flip_byte(path):
     path.write_bytes(bytes(data))
 
 
+def _fresh_copy(root, name: str):
+    """A copy of the module's reference run, to damage."""
+    work = root / name / "out"
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(root / "ref" / "out", work)
+    return work
+
+
 @pytest.mark.parametrize("table, damage", [("logprobs/gem", "flip"), ("embeddings", "truncate"), ("words", "no-sidecar")])
 def test_damaged_shard_is_refused_by_readers_and_recomputed_by_its_stage(project, table, damage):
     root, config, _ = project
-    ref, work = root / "ref" / "out", root / "damaged" / "out"
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(ref, work)
+    ref, work = root / "ref" / "out", _fresh_copy(root, "damaged")
     cfg = load_config(config, output_dir=str(work))
     shard = ShardedTable(work / table)
     victim = shard.shard_path(1)
@@ -68,10 +74,7 @@ def test_damaged_shard_is_refused_by_readers_and_recomputed_by_its_stage(project
 
 def test_cli_names_the_damaged_shard_in_one_line(project):
     root, config, _ = project
-    ref, work = root / "ref" / "out", root / "damaged-cli" / "out"
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(ref, work)
+    ref, work = root / "ref" / "out", _fresh_copy(root, "damaged-cli")
     _flip_byte(work / "logprobs" / "smol" / "part-00002.parquet")
     build = cli("build", "--config", str(config), "--output-dir", str(work))
     assert build.returncode == 2 and "Traceback" not in build.stderr, build.stderr
@@ -82,10 +85,7 @@ def test_cli_names_the_damaged_shard_in_one_line(project):
 
 def test_build_refuses_a_missing_shard_instead_of_skipping_its_words(project):
     root, config, _ = project
-    ref, work = root / "ref" / "out", root / "missing" / "out"
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(ref, work)
+    ref, work = root / "ref" / "out", _fresh_copy(root, "missing")
     cfg = load_config(config, output_dir=str(work))
     run_build(cfg)  # a good build, which must not be trusted after the failed one below
     for f in ("part-00003.parquet", "part-00003.json"):  # the last shard: no gap for read_table to see
