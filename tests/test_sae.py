@@ -44,6 +44,20 @@ def planted_run(tmp_path, n=12000, d=48, m=64, k=3, **sae):
     return cfg, directions
 
 
+def interrupt_training_at_batch(monkeypatch, n: int) -> None:
+    """The n-th batch raises KeyboardInterrupt, as a killed run would stop mid-training."""
+    original = RowBatches.__next__
+    calls = {"n": 0}
+
+    def dying_next(self):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+
+
 @pytest.mark.parametrize("architecture", ["topk", "batchtopk"])
 def test_recovers_planted_directions(tmp_path, architecture):
     cfg, directions = planted_run(tmp_path, architecture=architecture)
@@ -74,19 +88,10 @@ def test_resume_continues_the_step_count(tmp_path, monkeypatch):
     cfg, _ = planted_run(tmp_path, n=4000, epochs=6, checkpoint_every=10)
     from bbox_sae import sae as sae_mod
 
-    calls = {"n": 0}
-    original = RowBatches.__next__
-
-    def dying_next(self):
-        calls["n"] += 1
-        if calls["n"] == 25:
-            raise KeyboardInterrupt  # killed mid-run, after the step-10 and step-20 checkpoints
-        return original(self)
-
-    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+    interrupt_training_at_batch(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
     with pytest.raises(KeyboardInterrupt):
         run_train(cfg)
-    monkeypatch.setattr(RowBatches, "__next__", original)
+    monkeypatch.undo()
     checkpoints = sorted(int(p.name) for p in (run_dir_for(cfg) / "checkpoints").iterdir() if (p / ".complete").exists())
     assert checkpoints, "a checkpoint was written before the kill"
     metrics = sae_mod.run_train(cfg, resume=True)
@@ -98,22 +103,13 @@ def test_resume_continues_the_step_count(tmp_path, monkeypatch):
 
 def test_only_the_newest_checkpoint_is_kept(tmp_path, monkeypatch):
     cfg, _ = planted_run(tmp_path, n=3000, epochs=6, checkpoint_every=5)
-    original = RowBatches.__next__
-    calls = {"n": 0}
-
-    def dying_next(self):
-        calls["n"] += 1
-        if calls["n"] == 18:
-            raise KeyboardInterrupt  # after the step-5, 10 and 15 checkpoints
-        return original(self)
-
-    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+    interrupt_training_at_batch(monkeypatch, 18)  # after the step-5, 10 and 15 checkpoints
     with pytest.raises(KeyboardInterrupt):
         run_train(cfg)
     checkpoints = run_dir_for(cfg) / "checkpoints"
     kept = [p for p in checkpoints.iterdir() if p.is_dir()]
     assert len(kept) == 1 and (kept[0] / ".complete").exists(), kept
-    monkeypatch.setattr(RowBatches, "__next__", original)
+    monkeypatch.undo()
     metrics = run_train(cfg, resume=True)
     assert metrics["resumed_from_step"] == 15
     after = [p for p in checkpoints.iterdir() if p.is_dir()]
@@ -211,19 +207,10 @@ def test_interrupted_batchtopk_run_resumes_to_the_uninterrupted_model(tmp_path, 
     reference_cfg, _ = planted_run(tmp_path / "reference", n=4000, **settings)
     run_train(reference_cfg)
     cfg, _ = planted_run(tmp_path / "interrupted", n=4000, **settings)
-    original = RowBatches.__next__
-    calls = {"n": 0}
-
-    def dying_next(self):
-        calls["n"] += 1
-        if calls["n"] == 25:
-            raise KeyboardInterrupt  # after the step-10 and step-20 checkpoints
-        return original(self)
-
-    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+    interrupt_training_at_batch(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
     with pytest.raises(KeyboardInterrupt):
         run_train(cfg)
-    monkeypatch.setattr(RowBatches, "__next__", original)
+    monkeypatch.undo()
     assert run_train(cfg, resume=True)["resumed_from_step"] == 20
     resumed, reference = load_sae(run_dir_for(cfg)).state_dict(), load_sae(run_dir_for(reference_cfg)).state_dict()
     assert sorted(resumed) == sorted(reference)
