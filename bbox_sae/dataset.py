@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,9 @@ from bbox_sae.corpus import shard_ranges
 from bbox_sae.errors import ArtifactError
 from bbox_sae.layout import logprob_column
 from bbox_sae.schemas import index_schema
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +302,7 @@ ENCODE_CHUNK_ROWS = 8192
 
 def matrix_chunks(
     matrix: np.ndarray, rows: np.ndarray, chunk_rows: int = ENCODE_CHUNK_ROWS, device: str | None = None, desc: str | None = None
-) -> Iterator[tuple[np.ndarray, "torch.Tensor"]]:
+) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
     """(row ids, those rows as a float32 tensor on `device`) chunk by chunk, in the order of
     `rows`: the one loop every pass over the matrix uses."""
     import torch

@@ -71,3 +71,72 @@ def contexts_schema(models: list[str]) -> pa.Schema:
         ]
         + _logprob_fields(models)
     )
+
+
+# logprobs/<model>/ (sharded), and a `source: parquet` model's file
+LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), ("logprob", pa.float64())])
+
+# features.parquet: one row per (latent, pair)
+FEATURE_SCHEMA = pa.schema(
+    [
+        ("latent", pa.int32()),
+        ("model_a", pa.string()),
+        ("model_b", pa.string()),
+        ("n_top", pa.int32()),
+        ("density", pa.float64()),
+        ("max_activation", pa.float64()),
+        ("median_dlogp", pa.float64()),
+        ("mean_dlogp", pa.float64()),
+        ("median_dp", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("consistency", pa.float64()),
+        ("p_value", pa.float64()),
+        ("q_value", pa.float64()),
+        ("coherence", pa.float64()),
+        ("holdout_n", pa.int32()),
+        ("holdout_median_dlogp", pa.float64()),
+        ("holdout_mean_dlogp", pa.float64()),
+        ("holdout_median_dp", pa.float64()),
+        ("holdout_ci_low", pa.float64()),
+        ("holdout_ci_high", pa.float64()),
+        ("holdout_p_value", pa.float64()),
+        ("generalizes", pa.bool_()),
+        ("paper_rule", pa.bool_()),
+        ("passes_delta", pa.bool_()),
+        ("rule", pa.string()),
+        ("rule_json", pa.string()),
+        ("rule_precision", pa.float64()),
+        ("rule_recall", pa.float64()),
+        ("rule_f1", pa.float64()),
+        ("kept", pa.bool_()),
+        ("finding", pa.int32()),
+        ("findings", pa.string()),
+        ("better_model", pa.string()),
+        ("top_words", pa.string()),
+        ("source", pa.string()),
+    ]
+)
+
+# rules.parquet: one row per tested rule
+TESTED_RULE_SCHEMA = pa.schema(
+    [
+        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("rule", pa.string()),
+        ("rule_json", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
+        ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
+        ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
+    ]
+)
+
+# findings.parquet: one row per finding
+FINDING_SCHEMA = pa.schema(
+    [
+        ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
+        ("latents", pa.string()), ("n_latents", pa.int32()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
+        ("median_dlogp", pa.float64()), ("mean_dlogp", pa.float64()), ("median_dp", pa.float64()),
+        ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("consistency", pa.float64()),
+        ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
+        ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
+        ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
+    ]
+)

@@ -74,7 +74,7 @@ def test_damaged_shard_is_refused_by_readers_and_recomputed_by_its_stage(project
 
 def test_cli_names_the_damaged_shard_in_one_line(project):
     root, config, _ = project
-    ref, work = root / "ref" / "out", _fresh_copy(root, "damaged-cli")
+    work = _fresh_copy(root, "damaged-cli")
     _flip_byte(work / "logprobs" / "smol" / "part-00002.parquet")
     build = cli("build", "--config", str(config), "--output-dir", str(work))
     assert build.returncode == 2 and "Traceback" not in build.stderr, build.stderr

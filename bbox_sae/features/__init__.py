@@ -17,9 +17,8 @@ Modules: `encoders` (SAE / baselines, Δ-blind ranking, the chunked pass over ro
 from bbox_sae.features.activations import TopActivations, firing, top_activations, top_words
 from bbox_sae.features.contexts import contexts_table, cut_context, word_attributes_by_position, words_by_row
 from bbox_sae.features.encoders import Encoder, blind_rows, encode_rows, make_encoder, ranking_encoder
-from bbox_sae.features.grouping import FINDING_SCHEMA, TESTED_RULE_SCHEMA
 from bbox_sae.features.stage import Matrix, features_layout, open_rows, run_features
-from bbox_sae.features.statistics import FEATURE_SCHEMA
+from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA
 
 __all__ = [
     "Encoder", "FEATURE_SCHEMA", "FINDING_SCHEMA", "Matrix", "TESTED_RULE_SCHEMA", "TopActivations", "blind_rows",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
@@ -217,25 +216,3 @@ def rule_tested_findings(
         r["findings"] = ",".join(str(f) for f, _ in mine) or None
     tested_rules.extend(tested_rows)
     return findings
-
-
-TESTED_RULE_SCHEMA = pa.schema(
-    [
-        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("rule", pa.string()),
-        ("rule_json", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
-        ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
-        ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
-    ]
-)
-
-FINDING_SCHEMA = pa.schema(
-    [
-        ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
-        ("latents", pa.string()), ("n_latents", pa.int32()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
-        ("median_dlogp", pa.float64()), ("mean_dlogp", pa.float64()), ("median_dp", pa.float64()),
-        ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("consistency", pa.float64()),
-        ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
-        ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
-        ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
-    ]
-)

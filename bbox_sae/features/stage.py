@@ -15,9 +15,10 @@ from bbox_sae.domains import domain_stats
 from bbox_sae.features.activations import TopActivations, firing, top_activations, top_records
 from bbox_sae.features.contexts import contexts_table, word_attributes_by_position, words_by_row
 from bbox_sae.features.encoders import Encoder, make_encoder
-from bbox_sae.features.grouping import FINDING_SCHEMA, TESTED_RULE_SCHEMA, add_rules_and_findings, rule_tested_findings
-from bbox_sae.features.statistics import FEATURE_SCHEMA, apply_filters, corpus_stats, feature_rows, print_summary
+from bbox_sae.features.grouping import add_rules_and_findings, rule_tested_findings
+from bbox_sae.features.statistics import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.layout import RunLayout, logprob_column
+from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA
 
 
 @dataclass(frozen=True)

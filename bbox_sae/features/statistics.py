@@ -92,48 +92,6 @@ def apply_filters(rows: list[dict], fcfg: FeaturesConfig) -> None:
         r["better_model"] = r["model_a"] if med > 0 else r["model_b"] if med < 0 else None
 
 
-FEATURE_SCHEMA = pa.schema(
-    [
-        ("latent", pa.int32()),
-        ("model_a", pa.string()),
-        ("model_b", pa.string()),
-        ("n_top", pa.int32()),
-        ("density", pa.float64()),
-        ("max_activation", pa.float64()),
-        ("median_dlogp", pa.float64()),
-        ("mean_dlogp", pa.float64()),
-        ("median_dp", pa.float64()),
-        ("ci_low", pa.float64()),
-        ("ci_high", pa.float64()),
-        ("consistency", pa.float64()),
-        ("p_value", pa.float64()),
-        ("q_value", pa.float64()),
-        ("coherence", pa.float64()),
-        ("holdout_n", pa.int32()),
-        ("holdout_median_dlogp", pa.float64()),
-        ("holdout_mean_dlogp", pa.float64()),
-        ("holdout_median_dp", pa.float64()),
-        ("holdout_ci_low", pa.float64()),
-        ("holdout_ci_high", pa.float64()),
-        ("holdout_p_value", pa.float64()),
-        ("generalizes", pa.bool_()),
-        ("paper_rule", pa.bool_()),
-        ("passes_delta", pa.bool_()),
-        ("rule", pa.string()),
-        ("rule_json", pa.string()),
-        ("rule_precision", pa.float64()),
-        ("rule_recall", pa.float64()),
-        ("rule_f1", pa.float64()),
-        ("kept", pa.bool_()),
-        ("finding", pa.int32()),
-        ("findings", pa.string()),
-        ("better_model", pa.string()),
-        ("top_words", pa.string()),
-        ("source", pa.string()),
-    ]
-)
-
-
 def corpus_stats(index: pa.Table, models: list[str], pairs: list[tuple[str, str]], n_docs: int) -> dict:
     out = {"documents": n_docs, "words": index.num_rows, "models": {}, "pairs": [list(p) for p in pairs], "pair_stats": {}}
     for m in models:

@@ -27,12 +27,11 @@ from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_tab
 from bbox_sae.config import Config, ModelConfig
 from bbox_sae.corpus import IngestStats, corpus_fingerprint, documents_table, load_documents, shard_key, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
+from bbox_sae.schemas import LOGPROB_SCHEMA
 from bbox_sae.scoring.base import Scorer, ScoringStats
 from bbox_sae.words import word_spans
 
 log = logging.getLogger(__name__)
-
-LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), ("logprob", pa.float64())])
 
 
 def ingest(cfg: Config) -> pa.Table:
