@@ -102,11 +102,15 @@ class ModelConfig(Section):
     stride: int = Field(default=512, ge=1)
     batch_size: int = Field(default=8, ge=1)
     logprob_chunk: int = Field(default=256, ge=1, description="positions per log-softmax chunk")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "mixed"] = Field(
+        default="auto",
+        description="decoder precision; mixed: bf16 matmuls in the linear layers of all but the first and last decoder "
+        "layer, fp32 residual stream, norms and attention; auto: mixed on CPU, bfloat16 on GPU",
+    )
     head: Literal["auto", "model", "float32", "refined"] = Field(
         default="auto",
         description="output layer precision: the body's dtype (model), fp32 (float32), or the body's dtype with the "
-        "top logits and the target's recomputed in fp32 (refined); auto: refined on CPU in bf16, else model",
+        "top logits and the target's recomputed in fp32 (refined); auto: refined on CPU unless float32, else model",
     )
     refine_top: int = Field(default=32, ge=1, description="head: refined recomputes this many top logits per position")
     device: str = "auto"

@@ -34,17 +34,32 @@ def resolve_device(device: str) -> torch.device:
         raise ConfigError(f"device '{device}': {err}") from None
 
 
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    # CPUs keep fp32 by default: bf16's per-word error against fp32 is in benchmarks/bench_precision.py.
+    """An encoder's dtype: bf16 on GPUs, fp32 on CPUs unless set."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    return TORCH_DTYPES[dtype]
 
 
-def resolve_head(head: str, device: torch.device, dtype: torch.dtype) -> str:
+# What `dtype: auto` means for a scored LM; part of the scores' cache key, so changing it re-scores.
+SCORING_DTYPE_AUTO = {"cuda": "bfloat16", "cpu": "mixed"}
+
+
+def resolve_scoring_dtype(dtype: str, device: torch.device) -> str:
+    """A scored LM's body precision: a dtype name or `mixed` (bf16 matmuls, fp32 residual stream;
+    the CPU default because it stays within the accuracy bound, benchmarks/bench_precision.py)."""
+    if dtype == "auto":
+        return SCORING_DTYPE_AUTO.get(device.type, "float32")
+    return dtype
+
+
+def resolve_head(head: str, device: torch.device, dtype: str) -> str:
     """The scorer's output-layer precision (bbox_sae/scoring/hf.py); GPUs keep the model's own."""
     if head == "auto":
-        return "refined" if device.type == "cpu" and dtype != torch.float32 else "model"
+        return "refined" if device.type == "cpu" and dtype != "float32" else "model"
     return head
 
 

@@ -14,6 +14,9 @@ Variants:
 - bf16: weights and activations bf16, log-softmax in fp32 (`dtype: bfloat16, head: model`).
 - bf16-head32: bf16 body, fp32 output layer (`head: float32`).
 - bf16-refined: bf16 body and output layer, top-32 and target logits recomputed in fp32 (`head: refined`).
+- mixed-refined: the CPU default (`dtype: mixed`, `head: refined`): bf16 matmuls in the linear layers of
+  all decoder layers but the first and last, fp32 residual stream, norms and attention.
+- mixed-all-refined: the same with every decoder layer's linear layers in bf16 (why the first and last stay fp32).
 - int8-head32: torchao int8 dynamic quantization of the body's linear layers, fp32 head (needs torchao).
 - bf16-refined-1thread: the refined variant with torch at 1 thread (thread settings).
 
@@ -47,7 +50,8 @@ from _common import (  # noqa: E402
 from bench_scoring import demo_documents  # noqa: E402
 
 NAME = "precision"
-VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "int8-head32", "bf16-refined-1thread"]
+VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "mixed-refined", "mixed-all-refined", "int8-head32",
+            "bf16-refined-1thread"]
 BOUND = {"median": 0.02, "p99": 0.1}
 
 
@@ -55,6 +59,7 @@ def build(variant: str, model, tokenizer, mcfg):
     import torch
 
     from bbox_sae.scoring.hf import HFScorer
+    from bbox_sae.scoring.precision import use_bf16_matmuls
 
     kw = dict(start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride, batch_size=mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk)
     if variant == "fp32":
@@ -62,6 +67,11 @@ def build(variant: str, model, tokenizer, mcfg):
     if variant == "fp32-batch1":
         return HFScorer(mcfg.name, model, tokenizer, **{**kw, "batch_size": 1})
     mine = copy.deepcopy(model)
+    if variant.startswith("mixed-"):
+        scorer = HFScorer(mcfg.name, mine, tokenizer, bf16_matmuls=True, head="refined", **kw)
+        if variant == "mixed-all-refined":
+            use_bf16_matmuls(mine, keep_fp32=0)  # the first and last layer too
+        return scorer
     if variant == "int8-head32":
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 

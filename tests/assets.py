@@ -52,11 +52,11 @@ def tokenizer_dir(kind: str) -> Path:
     return _publish(tmp, target)
 
 
-def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096) -> Path:
-    """A 2-layer random causal LM (Llama; Gemma 3 for the Gemma tokenizer) with that tokenizer."""
+def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096, layers: int = 2) -> Path:
+    """A random causal LM (Llama; Gemma 3 for the Gemma tokenizer), 2 layers unless set, with that tokenizer."""
     from transformers import AutoTokenizer, Gemma3TextConfig, Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    target = ASSETS / "lms" / f"{kind}-s{seed}-p{max_positions}"
+    target = ASSETS / "lms" / (f"{kind}-s{seed}-p{max_positions}" + (f"-l{layers}" if layers != 2 else ""))
     if (target / "config.json").exists():
         return target
     tok = AutoTokenizer.from_pretrained(tokenizer_dir(kind))
@@ -65,7 +65,7 @@ def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096) -> Path:
         vocab_size=len(tok),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=max_positions,

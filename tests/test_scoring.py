@@ -131,16 +131,65 @@ def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
     np.testing.assert_allclose(np.median(err["refined"]), np.median(err["float32"]), atol=0.01)
 
 
-def test_precision_is_resolved_per_device_and_part_of_the_cache_key():
+def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch):
+    from bbox_sae import models
     from bbox_sae.config import ModelConfig
-    from bbox_sae.models import resolve_dtype, resolve_head
+    from bbox_sae.models import resolve_dtype, resolve_head, resolve_scoring_dtype
     from bbox_sae.scoring.stage import model_key
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_dtype("auto", cuda) == torch.bfloat16 and resolve_head("auto", cuda, torch.bfloat16) == "model"
-    assert resolve_dtype("auto", cpu) == torch.float32
-    assert resolve_head("auto", cpu, torch.bfloat16) == "refined" and resolve_head("auto", cpu, torch.float32) == "model"
-    assert resolve_dtype("float32", cpu) == torch.float32 and resolve_head("float32", cuda, torch.bfloat16) == "float32"
+    assert resolve_scoring_dtype("auto", cuda) == "bfloat16" and resolve_head("auto", cuda, "bfloat16") == "model"
+    assert resolve_scoring_dtype("auto", cpu) == "mixed" and resolve_head("auto", cpu, "mixed") == "refined"
+    assert resolve_head("auto", cpu, "bfloat16") == "refined" and resolve_head("auto", cpu, "float32") == "model"
+    assert resolve_scoring_dtype("float32", cpu) == "float32" and resolve_head("float32", cuda, "bfloat16") == "float32"
+    assert resolve_dtype("auto", cpu) == torch.float32  # encoders keep fp32 on a CPU
     base = ModelConfig(name="m", path="x")
-    keys = {model_key(base.model_copy(update=u)) for u in ({}, {"head": "float32"}, {"head": "refined", "refine_top": 8}, {"dtype": "float32"})}
-    assert len(keys) == 4  # scores of another precision are never taken for these
+    updates = ({}, {"head": "float32"}, {"head": "refined", "refine_top": 8}, {"dtype": "float32"}, {"dtype": "mixed"})
+    keys = {model_key(base.model_copy(update=u)) for u in updates}
+    assert len(keys) == 5  # scores of another precision are never taken for these
+    # What `auto` resolves to is part of its key: a new default re-scores instead of reusing.
+    auto, explicit = model_key(base), model_key(base.model_copy(update={"dtype": "float32"}))
+    monkeypatch.setitem(models.SCORING_DTYPE_AUTO, "cpu", "float32")
+    assert model_key(base) != auto and model_key(base.model_copy(update={"dtype": "float32"})) == explicit
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
+    from bbox_sae.scoring.precision import Bf16Linear, decoder_layers
+
+    path = str(tiny_lm(kind, layers=4))
+    model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
+    ref = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8), DOCS)
+    model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
+    mixed = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, bf16_matmuls=True, head="refined")
+    layers = decoder_layers(model)
+    for i, layer in enumerate(layers):
+        linears = [m for m in layer.modules() if isinstance(m, (torch.nn.Linear, Bf16Linear))]
+        assert linears and all(isinstance(m, Bf16Linear) == (0 < i < len(layers) - 1) for m in linears)
+    swapped = {id(p) for m in model.modules() if isinstance(m, Bf16Linear) for p in m.parameters()}
+    # Everything but the swapped matmuls (embeddings, norms, the head's fp32 copy) stays fp32.
+    assert all(p.dtype == torch.float32 for p in model.parameters() if id(p) not in swapped)
+    assert all(model.get_submodule(n).weight.dtype == torch.bfloat16 for n, m in model.named_modules() if isinstance(m, Bf16Linear))
+    words = _words(mixed, DOCS)
+    assert np.isfinite(words).all() and (words <= 1e-6).all()
+    err = np.abs(words - ref)
+    assert 0 < np.median(err) < 0.05  # bf16 rounding happened, and stayed small
+
+    model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
+    bf16 = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head="refined"), DOCS)
+    assert np.median(err) < np.median(np.abs(bf16 - ref))  # a bf16 residual stream loses more
+
+
+def test_auto_precision_on_a_cpu_scores_with_bf16_matmuls(tiny_lm, tmp_path):
+    import yaml
+
+    from bbox_sae.config import load_config
+    from bbox_sae.scoring.precision import Bf16Linear
+    from bbox_sae.scoring.stage import make_scorer
+
+    models = [{"name": "a", "path": str(tiny_lm("smollm2", layers=4)), "device": "cpu"}, {"name": "b", "path": "x"}]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"output_dir": "out", "corpus": {"path": "c.jsonl"}, "models": models}))
+    cfg = load_config(tmp_path / "c.yaml")
+    scorer = make_scorer(cfg.model("a"), cfg)
+    assert scorer.head == "refined" and isinstance(scorer._head, Bf16Linear)
+    assert sum(isinstance(m, Bf16Linear) for m in scorer.model.modules()) == 2 * 7  # 2 middle layers x q, k, v, o, gate, up, down

@@ -1,6 +1,7 @@
 """Local Hugging Face scorer: batched, padded, sliding windows, chunked log-softmax.
 
-Precision (`dtype` for the decoder body, `head` for the output layer and its log-softmax):
+Precision (`dtype` for the decoder body, `bf16_matmuls` for `dtype: mixed` (scoring/precision.py),
+`head` for the output layer and its log-softmax):
 - head "model": the output layer runs in the body's dtype; logits are upcast for the log-softmax.
 - head "float32": the output layer runs in fp32 on the upcast hidden states (fp32 weights kept).
 - head "refined": the output layer runs in the body's dtype over the whole vocabulary, then the
@@ -20,6 +21,7 @@ import torch
 
 from bbox_sae.errors import ConfigError, ScoringError
 from bbox_sae.scoring.base import TokenScores, Window, plan_windows
+from bbox_sae.scoring.precision import Bf16Linear, use_bf16_matmuls
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class HFScorer:
         batch_size: int = 8,
         logprob_chunk: int = 256,
         dtype: torch.dtype | None = None,
+        bf16_matmuls: bool = False,
         head: str = "model",
         refine_top: int = 32,
     ):
@@ -102,6 +105,11 @@ class HFScorer:
         self._check_head()
         if dtype is not None and dtype != next(model.parameters()).dtype:
             model.to(dtype)
+        if bf16_matmuls:
+            use_bf16_matmuls(model)
+            if head == "refined":
+                # The refined head's full-vocabulary pass is the one worth running in bf16.
+                self._head = Bf16Linear(self._head)
 
     def _check_head(self) -> None:
         """Our decoder-body + chunked-head path must equal the model's own logits."""

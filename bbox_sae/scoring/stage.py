@@ -117,15 +117,16 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
         return EndpointScorer.from_config(model_cfg, cfg)
     import torch
 
-    from bbox_sae.models import causal_lm_location, load_causal_lm, resolve_device, resolve_dtype, resolve_head
+    from bbox_sae.models import TORCH_DTYPES, causal_lm_location, load_causal_lm, resolve_device, resolve_head, resolve_scoring_dtype
     from bbox_sae.scoring.hf import HFScorer
 
     device = resolve_device(model_cfg.device)
     location = causal_lm_location(model_cfg.source, model_cfg.path, model_cfg.package, model_cfg.file, cfg.cache)
-    dtype = resolve_dtype(model_cfg.dtype, device)
+    dtype = resolve_scoring_dtype(model_cfg.dtype, device)
     head = resolve_head(model_cfg.head, device, dtype)
-    # An fp32 head needs the fp32 weights: the scorer keeps them, then converts the body to `dtype`.
-    model, tokenizer = load_causal_lm(location, device, dtype if head == "model" else torch.float32)
+    body = None if dtype == "mixed" else TORCH_DTYPES[dtype]
+    # An fp32 head (and `mixed`) needs the fp32 weights: the scorer keeps them, then converts the body.
+    model, tokenizer = load_causal_lm(location, device, body if head == "model" and body else torch.float32)
     return HFScorer(
         model_cfg.name,
         model,
@@ -135,7 +136,8 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
         stride=model_cfg.stride,
         batch_size=model_cfg.batch_size,
         logprob_chunk=model_cfg.logprob_chunk,
-        dtype=dtype,
+        dtype=body,
+        bf16_matmuls=dtype == "mixed",
         head=head,
         refine_top=model_cfg.refine_top,
     )
@@ -150,6 +152,10 @@ def model_key(model_cfg: ModelConfig) -> str:
         # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
         fields.add("tokenizer")
     relevant = model_cfg.model_dump(mode="json", include=fields)
+    if model_cfg.dtype == "auto" and model_cfg.source in ("hf", "gguf"):
+        from bbox_sae.models import SCORING_DTYPE_AUTO
+
+        relevant["dtype_auto"] = SCORING_DTYPE_AUTO
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
