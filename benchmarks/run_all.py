@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, base_parser, environment, load_snapshot, print_table, results_path, write_results  # noqa: E402
 
-BENCHMARKS = [("scoring", "bench_scoring.py"), ("embed_build", "bench_embed_build.py"), ("sae", "bench_sae.py"), ("demo", "bench_demo.py")]
+BENCHMARKS = [("scoring", "bench_scoring.py"), ("precision", "bench_precision.py"), ("embed_build", "bench_embed_build.py"), ("sae", "bench_sae.py"),
+              ("demo", "bench_demo.py")]
 
 
 def load(args, name: str) -> dict | None:
@@ -44,6 +45,15 @@ def summary_rows(args) -> list[list]:
                 rows.append([f"score {model}", "tokens/s", naive["tokens_per_s"], ours["tokens_per_s"], ours["speedup_vs_naive"],
                              f"of floor {100 * ours['fraction_of_floor']:.0f}% (naive {100 * naive['fraction_of_floor']:.0f}%); "
                              f"load {naive['load_s']} → {ours['load_s']} s; RSS {naive['peak_rss_mb']:.0f} → {ours['peak_rss_mb']:.0f} MiB"])
+    pr = load(args, "precision")
+    if pr:
+        for r in pr["results"]:
+            rows_by = {row["variant"]: row for row in r["rows"]}
+            fp32, default = rows_by.get("fp32"), rows_by.get("mixed-refined")
+            if fp32 and default:
+                rows.append([f"score {r['model']}, CPU default precision", "tokens/s", fp32["tokens_per_s"], default["tokens_per_s"], default["x_fp32"],
+                             f"baseline fp32; dtype mixed + refined head: per-word |Δ log p| median {default['median_abs_dlogp']:.3f}, "
+                             f"p99 {default['p99_abs_dlogp']:.3f} nats"])
     eb = load(args, "embed_build")
     if eb:
         e, b = eb["embed"], eb["build"]
