@@ -122,6 +122,9 @@ def run_all(
         return {"ran": ran, "seconds": timings}
 
 
+_SUMMARY_ROWS = 8  # findings printed per winning model; the report lists all
+
+
 def _final_summary(cfg: Config, console) -> None:
     from bbox_sae.artifacts import read_table
 
@@ -133,7 +136,9 @@ def _final_summary(cfg: Config, console) -> None:
         by_model.setdefault(f["better_model"], []).append(f)
     for model, rows in sorted(by_model.items()):
         console.print(f"\nWhere [bold]{model}[/bold] is better (held-out Δlog p, 95% CI):")
-        for f in rows[:8]:
+        for f in rows[:_SUMMARY_ROWS]:
             label = f["rule"] or f["top_words"]
             console.print(f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  {label}  ({f['top_words'][:40]})")
+        if len(rows) > _SUMMARY_ROWS:
+            console.print(f"  ... and {len(rows) - _SUMMARY_ROWS} more (report.md, report.html)")
     console.print(f"\nReport: {cfg.paths.report_html.resolve()}")

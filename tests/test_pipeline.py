@@ -96,3 +96,21 @@ def test_cli_exit_codes(config_path):
     bad = subprocess.run([sys.executable, "-m", "bbox_sae", "run", "--config", str(config_path), "--set", "sae.k=zero"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "'sae.k'" in bad.stderr
+
+
+def test_final_summary_says_how_many_findings_it_does_not_list(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from rich.console import Console
+
+    from bbox_sae import artifacts, pipeline
+
+    rows = [{"finding": i, "better_model": "a" if i < 10 else "b", "latents": str(i), "rule": f"'w{i}'", "top_words": f"w{i} (3)",
+             "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5} for i in range(12)]
+    monkeypatch.setattr(artifacts, "read_table", lambda path: pa.Table.from_pylist(rows))
+    console = Console(record=True, width=200)
+    pipeline._final_summary(SimpleNamespace(paths=SimpleNamespace(findings=tmp_path / "f", report_html=tmp_path / "r.html")), console)
+    text = console.export_text()
+    assert "12 finding(s)" in text and "... and 2 more" in text  # model a: 10 findings, 8 listed
+    assert "'w7'" in text and "'w8'" not in text and "'w11'" in text
