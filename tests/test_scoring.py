@@ -180,6 +180,16 @@ def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
     assert np.median(err) < np.median(np.abs(bf16 - ref))  # a bf16 residual stream loses more
 
 
+def test_mixed_precision_names_a_model_without_decoder_layers():
+    from types import SimpleNamespace
+
+    from bbox_sae.errors import ConfigError
+    from bbox_sae.scoring.precision import use_bf16_matmuls
+
+    with pytest.raises(ConfigError, match="dtype: mixed needs one"):
+        use_bf16_matmuls(SimpleNamespace(base_model=torch.nn.Linear(2, 2)))
+
+
 def test_auto_precision_on_a_cpu_scores_with_bf16_matmuls(tiny_lm, tmp_path):
     import yaml
 

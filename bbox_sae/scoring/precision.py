@@ -5,7 +5,7 @@ bf16 throughout also rounds its residual stream, norms and attention at every la
 per-word log-probs miss the fp32 ones by more than the bound a default must meet (median 0.02,
 p99 0.1 nats). Most of that error is not in the matmuls: with only the linear layers in bf16 and
 the first and last decoder layer left whole in fp32 (errors there pass through every later layer,
-or straight into the logits), both demo models stay within the bound at about 2.3-2.5x the fp32
+or straight into the logits), both demo models stay within the bound at 2.1-2.5x the fp32
 tokens/s (benchmarks/bench_precision.py, variants `mixed-refined` and `mixed-all-refined`).
 """
 
@@ -33,23 +33,17 @@ class Bf16Linear(torch.nn.Module):
 def decoder_layers(model) -> torch.nn.ModuleList:
     """The stack of decoder layers (`layers` in Llama, Gemma, OLMo and most causal LMs)."""
     layers = getattr(model.base_model, "layers", None)
-    if isinstance(layers, torch.nn.ModuleList) and len(layers):
-        return layers
-    stacks = [m for m in model.base_model.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
-    if not stacks:
-        raise ConfigError(f"{type(model).__name__}: no list of decoder layers found; dtype: mixed needs one (use float32 or bfloat16)")
-    return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
+    if not (isinstance(layers, torch.nn.ModuleList) and len(layers)):
+        raise ConfigError(f"{type(model).__name__}: no `layers` list of decoder layers; dtype: mixed needs one (use float32 or bfloat16)")
+    return layers
 
 
-def use_bf16_matmuls(model, keep_fp32: int = 1) -> int:
+def use_bf16_matmuls(model, keep_fp32: int = 1) -> None:
     """Swap the linear layers of every decoder layer but the first and last `keep_fp32` for
-    `Bf16Linear`, in place; returns how many were swapped."""
+    `Bf16Linear`, in place."""
     layers = decoder_layers(model)
-    swapped = 0
     for layer in list(layers)[keep_fp32 : len(layers) - keep_fp32]:
         for parent in list(layer.modules()):
             for name, child in list(parent.named_children()):
                 if type(child) is torch.nn.Linear:
                     setattr(parent, name, Bf16Linear(child))
-                    swapped += 1
-    return swapped
