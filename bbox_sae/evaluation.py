@@ -139,8 +139,9 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     """Recovery per rule and FDR for the findings in `features_dir` (rows aligned to `cfg.out`'s build index)."""
     tables = RunLayout(features_dir)
     findings = read_table(tables.findings).to_pylist()
-    features = read_table(tables.features)
+    features = labeled_features(tables)
     n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
+    detection = {latent: score for latent, score in zip(features["latent"].to_pylist(), features["label_score"].to_pylist()) if score is not None}
     top = read_table(tables.top_activations).filter(pc.field("split") == "train")
     top_rows_of = {}
     for latent, group in _group_rows(top).items():
@@ -182,7 +183,9 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
                     recall = float(np.isin(np.flatnonzero(rule_holdout), words_of[findings.index(f)]).mean()) if rule_holdout.any() else 0.0
                 else:
                     recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
-                best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE, label=f["rule"])
+                scores = [detection[m] for m in ms if m in detection]
+                best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE, label=f["rule"],
+                            detection=float(np.median(scores)) if scores else None)
         per_rule[r.name] = best
     spurious = [f["finding"] for f, share in zip(findings, shares) if share["_planted"] < SPURIOUS_SHARE]
     recovered = [v for v in per_rule.values() if v["recovered"]]
@@ -373,6 +376,8 @@ def coherence_summary(features: pa.Table, findings: pa.Table) -> dict:
         "median_label_score": float(np.median(scores)) if scores else None,
         "share_label_score_at_least_0.75": float(np.mean(np.array(scores) >= 0.75)) if scores else None,
         "mixture_labels": sum(1 for f in kept if (f.get("label") or "").startswith("mixed words")),
+        # Latents that also fire on forms outside their findings' rules (said in the label).
+        "broader_than_finding": sum(1 for f in kept if f.get("label_source") == "rule" and f.get("label_coherent") is False),
     }
 
 
@@ -438,9 +443,10 @@ def print_planted(results: dict) -> None:
     full = results["variants"]["full"]
     _print_table(
         f"Planted-difference recovery ({results['words']} words)",
-        ["rule", "kind", "planted Δ (B − A)", "frequency", "train occurrences", "recovered", "precision", "recall", "splits", "finding", "rule found"],
+        ["rule", "kind", "planted Δ (B − A)", "frequency", "train occurrences", "recovered", "precision", "recall", "detection", "splits", "finding", "rule found"],
         [[n, results["rules"][n]["kind"], results["rules"][n]["delta"], f"{100 * results['rules'][n]['frequency']:.2f}%", v["train_occurrences"],
-          "yes" if v["recovered"] else "no", f"{v['precision']:.2f}", f"{v['recall']:.2f}", v["splits"], _fmt(v["finding"]), v.get("label") or "-"]
+          "yes" if v["recovered"] else "no", f"{v['precision']:.2f}", f"{v['recall']:.2f}", _fmt(v.get("detection")), v["splits"], _fmt(v["finding"]),
+          v.get("label") or "-"]
          for n, v in full["per_rule"].items()],
     )
     _print_table(

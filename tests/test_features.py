@@ -219,6 +219,15 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     assert per_latent and all(c["counts"] <= cfg.label.validation_examples for c in per_latent)
     assert {c["values"] for c in per_latent} <= {f["latent"] for f in kept}
     assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
+    from bbox_sae.evaluation import PlantedRule, score_recovery
+    from bbox_sae.labeling import labeled_features
+
+    # The planted evaluation reports, per rule, how well the labels of its finding's latents predict their firing.
+    rule = PlantedRule("were-after-if", delta=-3.0, word="^were$", left=r"\bif\b")
+    recovery = score_recovery(cfg, cfg.out, [rule], {rule.name: planted_rows}, "sae")["per_rule"][rule.name]
+    members = next(f["latents"] for f in findings if f["finding"] == recovery["finding"])
+    scores = {r["latent"]: r["label_score"] for r in labeled_features(cfg.paths).to_pylist()}
+    assert recovery["recovered"] and recovery["detection"] == pytest.approx(np.median([scores[int(m)] for m in members.split(",")]))
     stats = json.loads((cfg.out / "corpus_stats.json").read_text())
     assert stats["models"]["A"]["mean_logprob"] > stats["models"]["B"]["mean_logprob"]
     assert index.num_rows == stats["words"]

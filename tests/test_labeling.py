@@ -49,7 +49,7 @@ def fixture_negatives(monkeypatch):
     """The label stage's negatives are the fixture's `negative` (and `contrast`) rows."""
     import bbox_sae.labeling.stage as stage
 
-    monkeypatch.setattr(stage, "draw_negatives", lambda cfg, source, forms, contrast=0: pq.read_table(cfg.out / NEGATIVES))
+    monkeypatch.setattr(stage, "draw_negatives", lambda cfg, source, forms, contrast=0, members_of=None: pq.read_table(cfg.out / NEGATIVES))
 
 
 def write_fixture(out: Path, latents: list[dict]) -> None:
@@ -490,6 +490,30 @@ def test_heuristic_labeler_end_to_end(tmp_path):
     assert result["requests"] == 0 and result["labeled"] == 3 and stats(tmp_path) == result
 
 
+def test_a_latent_broader_than_its_finding_says_what_else_it_fires_on():
+    """Latent fires on 'st' (its finding's rule) and on place names: the label names the rule and
+    the forms seen at least twice outside it, is marked incoherent, and the judge counts both."""
+    from bbox_sae.labeling import heuristic_label
+    from bbox_sae.labeling.records import FeatureExamples
+    from bbox_sae.rules import Rule
+
+    def ctx(word: str) -> Context:
+        return Context("And thou know", word, " it well")
+
+    train = tuple(ctx(w) for w in ["st"] * 10 + [" Denmark"] * 4 + [" Norway"] * 3 + [" Moor"])
+    holdout = tuple(ctx(w) for w in ["st"] * 5 + [" Denmark", " Norway"] * 2 + [" Norway"])
+    negative = tuple(ctx(w) for w in [" the", " king", " sword", " night", " Rome"] * 2)
+    rule = Rule("form", "f:st")
+    broad = heuristic_label(FeatureExamples(1, train, holdout, negative, (), rules=(rule,)), seed=0)
+    assert broad.label == "'st'; the latent also fires on 'denmark', 'norway'" and broad.coherent is False
+    assert (broad.score, broad.precision, broad.recall) == (1.0, 1.0, 1.0)
+
+    only_rule = tuple(c for c in train if c.word == "st")
+    narrow = heuristic_label(FeatureExamples(2, only_rule, holdout, negative, (), rules=(rule,)), seed=0)
+    assert narrow.label == "'st'" and narrow.coherent is True
+    assert narrow.recall == 0.5  # the place names in holdout are what the rule alone misses
+
+
 # ---------------------------------------------------------------------------------------------
 # The stage owns its settings
 
@@ -504,3 +528,32 @@ def test_label_settings_are_in_the_label_key_only(tmp_path, setting):
         # Nothing before the label stage re-runs when only a label setting changes.
         assert stage_key(BY_NAME[name], before, manifest) == stage_key(BY_NAME[name], after, manifest)
     assert stage_key(BY_NAME["label"], before, manifest) != stage_key(BY_NAME["label"], after, manifest)
+
+
+def test_negatives_of_a_finding_member_are_words_where_no_member_fires():
+    """Latents 0 and 1 form one finding (one per name, say): a word only latent 1 fires on is
+    covered by the finding's label, so it is never drawn as latent 0's negative."""
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
+    from bbox_sae.labeling.negatives import finding_members, negative_rows
+
+    n_rows = 40
+    acts = torch.zeros(n_rows, 3)
+    acts[0:10, 0] = 1.0   # latent 0's words
+    acts[10:20, 1] = 1.0  # its sibling's words, same form
+    acts[20:25, 2] = 1.0  # an unrelated latent
+    matrix = np.arange(n_rows, dtype=np.float32)[:, None]
+    encode = lambda x: acts[x[:, 0].long()]
+    pool = np.arange(n_rows)
+    forms = np.array(["name"] * 20 + ["other"] * 20, dtype=object)
+    findings = pa.table({"latents": ["0,1"]})
+    members = finding_members(findings, [0, 2])
+    assert members == {0: [0, 1], 2: [2]}
+    grouped = negative_rows(encode, matrix, {0: {"name"}, 2: {"other"}}, pool, forms, 12, 0, 16, members_of=members)
+    alone = negative_rows(encode, matrix, {0: {"name"}, 2: {"other"}}, pool, forms, 12, 0, 16)
+    assert not set(grouped[0].tolist()) & set(range(0, 20))
+    assert set(alone[0].tolist()) & set(range(10, 20)), "without the finding, the sibling's words are drawn"
+    assert not set(grouped[2].tolist()) & set(range(20, 25))
+    assert set(grouped[2].tolist()) & set(range(0, 20)), "a latent in no finding keeps only its own exclusion"

@@ -1,8 +1,10 @@
 """The offline labeler: a deterministic rule read off a feature's train contexts, said in words,
 and used as its own judge on the validation contexts.
 
-A latent with context rules (those of its findings) is described by them; otherwise by its
-dominant word forms, a shared neighbouring n-gram or the class of the neighbouring word.
+A latent with context rules (those of its findings) is described by them, plus the word forms it
+also fires on outside them (a latent is often broader than the difference it carries: 'st' and
+place names); otherwise by its dominant word forms, a shared neighbouring n-gram or the class of
+the neighbouring word.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a d
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
+_MAX_EXTRA_FORMS = 3  # forms a latent also fires on outside its findings' rules, most frequent first
 
 _PUNCT_NAMES = {
     ",": "comma", ".": "period", "!": "exclamation mark", "?": "question mark", ";": "semicolon",
@@ -180,13 +183,29 @@ def _judged(label: str, source: str, coherent: bool, fits: Callable[[Context], b
     return LabelResult(label, source, None, coherent, scores.balanced_accuracy, scores.precision, scores.recall, fuzz)
 
 
+def forms_outside(train: Sequence[Context], fits: Callable[[Context], bool]) -> tuple[str, ...]:
+    """The word forms, seen at least twice, of the train contexts `fits` leaves out (most frequent first)."""
+    left_out = Counter(normalize_form(c.word) for c in train if not fits(c))
+    ranked = sorted(left_out.items(), key=lambda kv: (-kv[1], kv[0]))
+    return tuple(form for form, count in ranked[:_MAX_EXTRA_FORMS] if count >= 2)
+
+
 def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> LabelResult:
     """The context rules of the latent's findings, said in words ("... or ...": a context fits
-    when any holds); for a latent without rules, the heuristic rule read off its train contexts."""
+    when any holds), and the forms its train contexts show outside them (the label is then not
+    coherent: the latent is broader than its findings); for a latent without rules, the
+    heuristic rule read off its train contexts."""
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts")
     if feature.rules:
+        def by_rule(c: Context) -> bool:
+            return any(context_matches(r, c) for r in feature.rules)
+
+        extra = forms_outside(feature.train, by_rule)
         label = " or ".join(r.describe() for r in feature.rules)
-        return _judged(label, "rule", True, lambda c: any(context_matches(r, c) for r in feature.rules), feature, seed, n_fuzz)
+        if extra:
+            label += "; the latent also fires on " + ", ".join(_show_form(f) for f in extra)
+        fits = lambda c: by_rule(c) or normalize_form(c.word) in extra  # noqa: E731
+        return _judged(label, "rule", not extra, fits, feature, seed, n_fuzz)
     rule = heuristic_rule(feature.train)
     return _judged(describe(rule), "heuristic", rule.coherent, lambda c: rule_matches(rule, c), feature, seed, n_fuzz)

@@ -2,7 +2,11 @@
 
 `negative`: for validation, holdout words, half of them with the latent's own top word forms (so
 a label that only names the word fails on them), half random. `contrast`: for the LLM labeler's
-prompt (delphi's contrastive explainer), train words of those same forms only."""
+prompt (delphi's contrastive explainer), train words of those same forms only.
+
+A latent in a finding is labeled with the finding's rule, which describes every member; so its
+negatives are words where no member fires. Otherwise a word a sibling latent took over (one
+member per name, say) would count against a label that correctly covers it."""
 
 from __future__ import annotations
 
@@ -26,12 +30,24 @@ def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
     return forms
 
 
+def finding_members(findings: pa.Table | None, latents: list[int]) -> dict[int, list[int]]:
+    """Each latent with the members of every finding it belongs to (itself alone when in none)."""
+    members = {latent: {latent} for latent in latents}
+    for group in (findings["latents"].to_pylist() if findings is not None else []):
+        ids = [int(x) for x in group.split(",") if x]
+        for latent in ids:
+            if latent in members:
+                members[latent].update(ids)
+    return {latent: sorted(ids) for latent, ids in members.items()}
+
+
 def negative_rows(
     encode: Encoder, matrix: np.ndarray, forms_of: dict[int, set[str]], pool: np.ndarray, pool_forms: np.ndarray, n: int, seed: int, chunk_rows: int,
-    same_only: bool = False,
+    same_only: bool = False, members_of: dict[int, list[int]] | None = None,
 ) -> dict[int, np.ndarray]:
-    """Per latent: up to `n` rows of `pool` (sorted) where it is inactive, half with its forms and
-    half random, or (`same_only`) all with its forms."""
+    """Per latent: up to `n` rows of `pool` (sorted) where it (and every latent in `members_of[latent]`)
+    is inactive, half with its forms and half random, or (`same_only`) all with its forms."""
+    members_of = members_of or {}
     rng = np.random.default_rng(seed)
     candidates: dict[int, np.ndarray] = {}
     for latent, forms in forms_of.items():
@@ -46,7 +62,9 @@ def negative_rows(
     position = {r: i for i, r in enumerate(all_rows.tolist())}
     out = {}
     for latent, rows in candidates.items():
-        inactive = rows[[acts[position[r], latent].item() <= 0 for r in rows.tolist()]]
+        group = members_of.get(latent, [latent])
+        at = torch.as_tensor([position[r] for r in rows.tolist()], dtype=torch.long)
+        inactive = rows[(acts[at][:, group] <= 0).all(dim=1).numpy()] if len(rows) else rows
         is_same = np.isin(pool_forms[np.searchsorted(pool, inactive)], list(forms_of[latent]))
         same, other = inactive[is_same], inactive[~is_same]
         pick_same = rng.permutation(same)[: n if same_only else n // 2]
@@ -55,9 +73,10 @@ def negative_rows(
     return out
 
 
-def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]], contrast: int = 0) -> pa.Table:
+def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None) -> pa.Table:
     """contexts.parquet-shaped rows (split `negative`, and `contrast` when `contrast` > 0) for the
-    latents in `forms_of`, encoded by the features stage's encoder of `source` (`sae`, `random`, `kmeans`)."""
+    latents in `forms_of`, encoded by the features stage's encoder of `source` (`sae`, `random`, `kmeans`);
+    `members_of` (`finding_members`) widens "inactive" to a latent's whole findings."""
     m = open_rows(cfg)
     examples = []
     if forms_of:
@@ -69,6 +88,6 @@ def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]], cont
             if not (n and len(pool)):
                 continue
             forms = np.array([normalize_form(w) for w in words_of_row[pool]], dtype=object)
-            rows = negative_rows(encode, m.values, forms_of, pool, forms, n, seed, cfg.features.chunk_rows, same_only)
+            rows = negative_rows(encode, m.values, forms_of, pool, forms, n, seed, cfg.features.chunk_rows, same_only, members_of)
             examples += [(latent, split, rank, int(r), 0.0, False) for latent, picked in rows.items() for rank, r in enumerate(picked)]
     return contexts_table(cfg, examples, m.index, m.models)

@@ -15,7 +15,7 @@ from bbox_sae.labeling.client import Stats
 from bbox_sae.labeling.heuristic import heuristic_label
 from bbox_sae.labeling.llm import label_with_llm, print_prompts
 from bbox_sae.labeling.messages import PROMPT_VERSION
-from bbox_sae.labeling.negatives import draw_negatives, latent_forms
+from bbox_sae.labeling.negatives import draw_negatives, finding_members, latent_forms
 from bbox_sae.labeling.records import CONTEXT_COLUMNS, FEATURE_COLUMNS, feature_examples, select_latents
 from bbox_sae.labeling.table import labels_table
 
@@ -35,7 +35,7 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
     if labeler == "llm" and not (lc.base_url and lc.model):
         raise ConfigError("label.labeler is 'llm' but label.base_url and label.model are not both set")
     contrast = lc.contrast_examples if labeler == "llm" else 0
-    negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents), contrast)
+    negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents), contrast, finding_members(findings, latents))
     columns = [c for c in contexts.column_names if c in negatives.column_names]
     shown = pa.concat_tables([contexts.select(columns), negatives.select(columns).cast(contexts.select(columns).schema)])
     examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, findings, contrast)
