@@ -96,6 +96,12 @@ def _label(cfg: Config, key: str) -> dict:
     return run_label(cfg)
 
 
+def _offline_labeler_version() -> int:
+    from bbox_sae.labeling.heuristic import OFFLINE_LABELER_VERSION
+
+    return OFFLINE_LABELER_VERSION
+
+
 def _report(cfg: Config, key: str) -> dict:
     from bbox_sae.report import run_report
 
@@ -192,6 +198,7 @@ STAGES: list[Stage] = [
         settings=lambda c: {
             "label": c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"}),
             "seed": c.seed,
+            "offline_labeler": _offline_labeler_version(),
         },
         outputs=lambda c: [c.paths.labels, c.paths.label_negatives, c.paths.label_stats],
     ),

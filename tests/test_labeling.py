@@ -530,6 +530,16 @@ def test_label_settings_are_in_the_label_key_only(tmp_path, setting):
     assert stage_key(BY_NAME["label"], before, manifest) != stage_key(BY_NAME["label"], after, manifest)
 
 
+def test_a_new_offline_labeler_relabels_an_old_run(tmp_path, monkeypatch):
+    import bbox_sae.labeling.heuristic as heuristic
+    from bbox_sae.stages import BY_NAME, stage_key
+
+    manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train", "features")}}
+    before = stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest)
+    monkeypatch.setattr(heuristic, "OFFLINE_LABELER_VERSION", heuristic.OFFLINE_LABELER_VERSION + 1)
+    assert stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest) != before
+
+
 def test_negatives_of_a_finding_member_are_words_where_no_member_fires():
     """Latents 0 and 1 form one finding (one per name, say): a word only latent 1 fires on is
     covered by the finding's label, so it is never drawn as latent 0's negative."""

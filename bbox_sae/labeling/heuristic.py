@@ -23,6 +23,8 @@ _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a d
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
+# Part of the label stage's key: a run labeled by an older offline labeler is labeled again.
+OFFLINE_LABELER_VERSION = 2
 _MAX_EXTRA_FORMS = 3  # forms a latent also fires on outside its findings' rules, most frequent first
 
 _PUNCT_NAMES = {
