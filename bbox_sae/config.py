@@ -303,6 +303,9 @@ class Config(Section):
     cache_dir: str = Field(default="~/.cache/bbox-sae", description="converted model cache")
     seed: int = 0
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads; default torch's choice")
+    planted_rules: str | None = Field(
+        default=None, description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)"
+    )
     corpus: CorpusConfig
     models: list[ModelConfig] = Field(min_length=2)
     compare: list[tuple[str, str]] = Field(default_factory=list, description="pairs (A, B); default first two models")

@@ -320,11 +320,16 @@ def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, s
             "findings": [{"rule": f["rule"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings]}
 
 
+def planted_rules_path(cfg: Config, override: str | None) -> Path:
+    """--rules, else the config's `planted_rules`, else the Shakespeare rules shipped in configs/."""
+    return Path(override or cfg.planted_rules or Path(__file__).resolve().parents[1] / "configs" / "planted-rules-shakespeare.yaml")
+
+
 def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[int, ...] = (0, 1, 2), ablations: bool = False) -> dict:
     """`bbox eval planted`: score A, plant B, run the pipeline, measure recovery and FDR; then the
     null pair for each seed in `null_seeds`, and (optionally) the ablations."""
     _check_planted_config(cfg)
-    rules, noise_std, seed = load_rules(rules_path or Path(__file__).resolve().parents[1] / "configs" / "planted-rules-shakespeare.yaml")
+    rules, noise_std, seed = load_rules(planted_rules_path(cfg, rules_path))
     words, lp_a = _score_a(cfg)
     masks = rule_masks(words, rules)
     _plant(cfg, planted_logprobs(lp_a, masks, rules, noise_std, seed), words)

@@ -60,3 +60,18 @@ def test_every_shipped_config_validates():
             continue
         runs = expand_sweep(path, [], None)
         assert runs, path
+
+
+def test_each_planted_config_names_its_own_rules():
+    """`bbox eval planted -c configs/planted-handbook.yaml` must plant the handbook's rules, not the default ones."""
+    from pathlib import Path
+
+    from bbox_sae.evaluation import load_rules, planted_rules_path
+
+    root = Path(__file__).parents[1]
+    for corpus in ("handbook", "shakespeare"):
+        cfg = load_config(root / "configs" / f"planted-{corpus}.yaml")
+        assert planted_rules_path(cfg, None) == Path(f"configs/planted-rules-{corpus}.yaml")
+        rules, _, _ = load_rules(root / planted_rules_path(cfg, None))
+        assert len(rules) >= 6
+        assert planted_rules_path(cfg, "mine.yaml") == Path("mine.yaml")
