@@ -204,10 +204,13 @@ def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> Lab
             return any(context_matches(r, c) for r in feature.rules)
 
         extra = forms_outside(feature.train, by_rule)
+
+        def fits(c: Context) -> bool:
+            return by_rule(c) or normalize_form(c.word) in extra
+
         label = " or ".join(r.describe() for r in feature.rules)
         if extra:
             label += "; the latent also fires on " + ", ".join(_show_form(f) for f in extra)
-        fits = lambda c: by_rule(c) or normalize_form(c.word) in extra  # noqa: E731
         return _judged(label, "rule", not extra, fits, feature, seed, n_fuzz)
     rule = heuristic_rule(feature.train)
     return _judged(describe(rule), "heuristic", rule.coherent, lambda c: rule_matches(rule, c), feature, seed, n_fuzz)

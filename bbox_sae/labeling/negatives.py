@@ -64,7 +64,7 @@ def negative_rows(
     for latent, rows in candidates.items():
         group = members_of.get(latent, [latent])
         at = torch.as_tensor([position[r] for r in rows.tolist()], dtype=torch.long)
-        inactive = rows[(acts[at][:, group] <= 0).all(dim=1).numpy()] if len(rows) else rows
+        inactive = rows[(acts[at][:, group] <= 0).all(dim=1).numpy()]
         is_same = np.isin(pool_forms[np.searchsorted(pool, inactive)], list(forms_of[latent]))
         same, other = inactive[is_same], inactive[~is_same]
         pick_same = rng.permutation(same)[: n if same_only else n // 2]
