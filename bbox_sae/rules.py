@@ -258,8 +258,26 @@ def rules_from_json(text: str) -> list[Rule]:
     return [Rule(**r) for r in (raw if isinstance(raw, list) else [raw])]
 
 
-def describe_rules(rules: list[Rule]) -> str:
-    return " or ".join(r.describe() for r in rules)
+def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
+    """Rules in words, joined by "or"; listed words after one listed word are said once ("'lord',
+    'mother' or 'brother', each right after 'my'")."""
+    said: list[list[Rule]] = []
+    after_word: dict[str, list[Rule]] = {}
+    for r in rules:
+        if r.word_kind == "form" and r.left_kind == "form" and r.left_value in after_word:
+            after_word[r.left_value].append(r)
+            continue
+        said.append([r])
+        if r.word_kind == "form" and r.left_kind == "form":
+            after_word[r.left_value] = said[-1]
+
+    def together(group: list[Rule]) -> str:
+        if len(group) == 1:
+            return group[0].describe()
+        words = [_phrase("form", r.word_value) for r in group]
+        return f"{', '.join(words[:-1])} or {words[-1]}, each right after {_phrase('form', group[0].left_value)}"
+
+    return " or ".join(together(g) for g in said)
 
 
 def ranked_rules(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> list[RuleFit]:
@@ -284,3 +302,26 @@ def best_rule(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, sc
     """The first of `ranked_rules`."""
     ranked = ranked_rules(attrs, top_rows, fires, scope, min_share)
     return ranked[0] if ranked else None
+
+
+def cover_outside(
+    rules: list[Rule] | tuple[Rule, ...], attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray,
+    min_precision: float = 0.5, max_rules: int = 3, min_words: int = 2,
+) -> list[RuleFit]:
+    """Rules for the top words that `rules` leave out, greedily (best F1 first, each over what is
+    still left), each covering at least `min_words` of them with a precision over `scope` of at
+    least `min_precision`: what else the latent fires on, said only where it mostly fires (a latent
+    that fires on 6% of all 'of' does not "fire on 'of'")."""
+    left = top_rows[~any_mask(rules, attrs, top_rows)] if len(rules) else top_rows
+    found: list[RuleFit] = []
+    while len(found) < max_rules and len(left) >= min_words:
+        fit = next(
+            (f for f in ranked_rules(attrs, left, fires, scope, min_share=min_words / len(left))
+             if f.precision >= min_precision and f.recall * len(left) >= min_words - 1e-9),
+            None,
+        )
+        if fit is None:
+            break
+        found.append(fit)
+        left = left[~fit.rule.mask(attrs, left)]
+    return found

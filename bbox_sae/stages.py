@@ -102,6 +102,12 @@ def _offline_labeler_version() -> int:
     return OFFLINE_LABELER_VERSION
 
 
+def _findings_version() -> int:
+    from bbox_sae.features.grouping import FINDINGS_VERSION
+
+    return FINDINGS_VERSION
+
+
 def _report(cfg: Config, key: str) -> dict:
     from bbox_sae.report import run_report
 
@@ -185,7 +191,7 @@ STAGES: list[Stage] = [
         "top activations, context rules tested on held-out text, findings",
         _features,
         inputs=("ingest", "build", "train"),
-        settings=lambda c: _sections(c, "features", "compare"),
+        settings=lambda c: {**_sections(c, "features", "compare"), "findings": _findings_version()},
         outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
     ),
     Stage(

@@ -272,3 +272,38 @@ def test_baselines_run_on_the_same_rows(planted_run):
         assert result["feature_rows"] == features.num_rows
         assert features.num_rows > 0
     assert set(read_table(cfg.out / "features.parquet")["source"].to_pylist()) == {"sae"}
+
+
+def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
+    """On a trained SAE: what a kept latent's label adds beyond its finding ("; the latent also
+    fires on ...") is exactly its broader rules, each matching train words on which the latent
+    fires at least half the time, and none of them inside the finding's own rules."""
+    from bbox_sae.features import firing, make_encoder, open_rows
+    from bbox_sae.labeling import labeled_features, run_label
+    from bbox_sae.labeling.broader import broader_rules
+    from bbox_sae.labeling.records import latent_rules
+    from bbox_sae.rules import fit_rule
+
+    cfg, _, _ = planted_run
+    run_label(cfg)
+    features = read_table(cfg.paths.features)
+    kept = features.filter(pc.field("kept"))
+    rules_of = latent_rules(kept, read_table(cfg.paths.findings))
+    broader = broader_rules(cfg, "sae", read_table(cfg.paths.contexts), rules_of)
+    assert set(broader) == set(kept["latent"].to_pylist())
+    assert any(broader.values()), "the planted run has a latent broader than its finding ('were' after 'if' and 'was')"
+    from bbox_sae.evaluation import _row_attributes
+
+    attrs = _row_attributes(cfg)
+    m = open_rows(cfg)
+    encode, _ = make_encoder(cfg, "sae", m.values, m.rows_by_split["train"], m.info)
+    labels = {r["latent"]: r for r in labeled_features(cfg.paths).filter(pc.field("kept")).to_pylist()}
+    for latent, extra in broader.items():
+        fires = firing(encode, m.values, [latent], cfg.features.chunk_rows)[:, 0]
+        for rule in extra:
+            assert fit_rule(rule, attrs, np.zeros(0, np.int64), fires, m.rows_by_split["train"]).precision >= 0.5
+            assert rule not in rules_of[latent]
+        label = labels[latent]
+        assert ("; the latent also fires on " in label["label"]) == bool(extra)
+        assert label["label_coherent"] is (not extra)
+        assert all(r.describe() in label["label"] for r in extra)

@@ -491,8 +491,8 @@ def test_heuristic_labeler_end_to_end(tmp_path):
 
 
 def test_a_latent_broader_than_its_finding_says_what_else_it_fires_on():
-    """Latent fires on 'st' (its finding's rule) and on place names: the label names the rule and
-    the forms seen at least twice outside it, is marked incoherent, and the judge counts both."""
+    """Latent fires on 'st' (its finding's rule) and on place names (its `broader` rules): the label
+    names both, is marked incoherent, and the judge counts both."""
     from bbox_sae.labeling import heuristic_label
     from bbox_sae.labeling.records import FeatureExamples
     from bbox_sae.rules import Rule
@@ -503,15 +503,18 @@ def test_a_latent_broader_than_its_finding_says_what_else_it_fires_on():
     train = tuple(ctx(w) for w in ["st"] * 10 + [" Denmark"] * 4 + [" Norway"] * 3 + [" Moor"])
     holdout = tuple(ctx(w) for w in ["st"] * 5 + [" Denmark", " Norway"] * 2 + [" Norway"])
     negative = tuple(ctx(w) for w in [" the", " king", " sword", " night", " Rome"] * 2)
-    rule = Rule("form", "f:st")
-    broad = heuristic_label(FeatureExamples(1, train, holdout, negative, (), rules=(rule,)), seed=0)
+    rule, places = Rule("form", "f:st"), (Rule("form", "f:denmark"), Rule("form", "f:norway"))
+    broad = heuristic_label(FeatureExamples(1, train, holdout, negative, (), rules=(rule,), broader=places), seed=0)
     assert broad.label == "'st'; the latent also fires on 'denmark', 'norway'" and broad.coherent is False
     assert (broad.score, broad.precision, broad.recall) == (1.0, 1.0, 1.0)
 
-    only_rule = tuple(c for c in train if c.word == "st")
-    narrow = heuristic_label(FeatureExamples(2, only_rule, holdout, negative, (), rules=(rule,)), seed=0)
+    narrow = heuristic_label(FeatureExamples(2, train, holdout, negative, (), rules=(rule,)), seed=0)
     assert narrow.label == "'st'" and narrow.coherent is True
     assert narrow.recall == 0.5  # the place names in holdout are what the rule alone misses
+
+    after_blank = Rule("form", "f:scene", "layout", "after_blank")
+    elsewhere = heuristic_label(FeatureExamples(3, train, holdout, negative, (), rules=(after_blank,), broader=(Rule("form", "f:scene"),)), seed=0)
+    assert elsewhere.label == "'scene' after a blank line; the latent also fires on 'scene' elsewhere"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,6 +541,16 @@ def test_a_new_offline_labeler_relabels_an_old_run(tmp_path, monkeypatch):
     before = stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest)
     monkeypatch.setattr(heuristic, "OFFLINE_LABELER_VERSION", heuristic.OFFLINE_LABELER_VERSION + 1)
     assert stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest) != before
+
+
+def test_a_new_findings_grouping_makes_the_findings_again(tmp_path, monkeypatch):
+    import bbox_sae.features.grouping as grouping
+    from bbox_sae.stages import BY_NAME, stage_key
+
+    manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train")}}
+    before = stage_key(BY_NAME["features"], make_cfg(tmp_path), manifest)
+    monkeypatch.setattr(grouping, "FINDINGS_VERSION", grouping.FINDINGS_VERSION + 1)
+    assert stage_key(BY_NAME["features"], make_cfg(tmp_path), manifest) != before
 
 
 def test_negatives_of_a_finding_member_are_words_where_no_member_fires():

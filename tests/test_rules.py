@@ -10,7 +10,7 @@ from bbox_sae.dataset import performance_columns
 from bbox_sae.features import blind_rows
 from bbox_sae.findings import group_latents
 from bbox_sae.labeling import Context, context_matches
-from bbox_sae.rules import Rule, best_rule, fit_rule, word_attributes
+from bbox_sae.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, word_attributes
 from bbox_sae.words import split_words
 
 TEXT = "I do not know. Not I.\n\nROMEO.\nIs it not so? I will not go.\n\nJULIET.\nNot now; not here. They did not.\n"
@@ -52,6 +52,31 @@ def test_best_rule_recovers_a_conjunction():
     assert fit.rule.describe() == "'not' right after an auxiliary verb"
     # The word alone is only half right: its F1 is lower.
     assert fit_rule(Rule("form", "f:not"), attrs, top, fires, np.arange(len(fires))).f1 < 0.7
+
+
+def test_what_else_a_latent_fires_on_is_said_only_where_it_mostly_fires():
+    """A latent carries the 'st' finding and also fires on every 'Denmark', on 'the' only at a line
+    start, on 2 of the 22 'of' and on one 'Moor': the rules outside 'st' are 'denmark' and "'the'
+    right after a line break"; 'of' (precision 0.1) and 'Moor' (a single word) are not claimed."""
+    docs = [split_words(f"Good St Anne of Denmark and the king,\nthe {w} of it.") for w in ["queen"] * 10 + ["Moor"]]
+    attrs = word_attributes(docs)
+    words = [w for d in docs for w in d]
+    starts = np.cumsum([0] + [len(d) for d in docs])[:-1]
+    the_at_start = [s + d.index("the") for s, d in zip(starts, docs)]
+    fires = np.array([w.strip() in ("St", "Denmark", "Moor") for w in words])
+    fires[the_at_start] = True
+    firing_of = [s + d.index(" of") for s, d in zip(starts[:2], docs)]
+    fires[firing_of] = True
+    top = np.flatnonzero(fires)
+    scope = np.arange(len(words))
+    found = cover_outside([Rule("form", "f:st")], attrs, top, fires, scope)
+    assert [f.rule.describe() for f in found] == ["'denmark'", "'the' right after a line break"]
+    assert all(f.precision == 1.0 for f in found)
+    assert cover_outside([Rule("form", "f:st")], attrs, top[np.isin(top, np.flatnonzero(attrs.form == attrs.code["f:st"]))], fires, scope) == []
+    # Without the precision floor the rare 'of' would be claimed too (by some rule).
+    loose = cover_outside([Rule("form", "f:st")], attrs, top, fires, scope, min_precision=0.0, max_rules=5)
+    assert any_mask([f.rule for f in loose], attrs, np.array(firing_of)).all()
+    assert not any_mask([f.rule for f in found], attrs, np.array(firing_of)).any()
 
 
 def test_a_mixture_has_no_good_rule():
@@ -170,6 +195,51 @@ def test_nested_rules_are_one_finding():
     pair = (("A", "B"), 1)
     assert nested_groups([numbers, fours, brackets], [pair, pair, pair], 0.5) == [[0, 1], [2]]
     assert nested_groups([numbers, fours], [pair, (("A", "B"), -1)], 0.5) == [[0], [1]]
+
+
+def test_a_nested_group_is_said_by_the_broadest_rule_that_adds_only_differing_words():
+    """Speech starts (rows 0-99) differ by 2 nats; "an all-capitals word" takes them in with 40
+    capitals mid-line (rows 100-139) that differ in nothing, yet still passes on its median. The group
+    is said by "a word after a blank line"; a broader rule whose extra words differ too ('?' over
+    "'?' after a comma") stays the head, by its log-prob difference even when its Δp is smaller."""
+    from bbox_sae.findings import group_head
+
+    rng = np.random.default_rng(0)
+    lp_a = np.log(rng.uniform(0.05, 0.3, size=300))
+    lp_b = lp_a.copy()
+    lp_b[:100] -= 2.0
+    after_blank, capitals, mid_capitals = np.arange(0, 100), np.arange(0, 140), np.arange(100, 140)
+    assert np.median((lp_a - lp_b)[capitals]) > 1.0  # the broad rule passes the effect rule by itself
+    assert group_head([0, 1], [capitals, after_blank], lp_a, lp_b, 1) == 1
+    assert group_head([0, 1], [after_blank, capitals[:60]], lp_a, lp_b, 1) == 0  # nothing added: broadest
+    assert group_head([1], [capitals, mid_capitals], lp_a, lp_b, 1) == 1
+
+    questions, after_comma = np.arange(200, 300), np.arange(200, 220)
+    lp_a[200:220] = np.log(0.5)  # likelier after a comma: the same 2 nats move more probability there
+    lp_b[200:300] = lp_a[200:300] - 2.0
+    assert group_head([0, 1], [questions, after_comma], lp_a, lp_b, 1) == 0
+
+
+def test_words_after_the_same_word_are_one_finding_said_once():
+    """'mother' and 'brother' right after 'my', same winner: one finding (their context embeddings
+    are far apart: MiniLM's vector of a word in context is mostly the word); 'lord' after 'the' and
+    'enter' after punctuation are not joined by the shared-word criterion."""
+    from bbox_sae.findings import group_similar
+    from bbox_sae.rules import describe_rules
+
+    mother, brother = Rule("form", "f:mother", "form", "f:my"), Rule("form", "f:brother", "form", "f:my")
+    the_lord, enter = Rule("form", "f:lord", "form", "f:the"), Rule("form", "f:enter", "class", "c:punctuation")
+    speak = Rule("form", "f:speak", "class", "c:punctuation")
+    apart = [np.eye(8)[[i]] for i in range(5)]
+    key = (("A", "B"), 1)
+    rules = [mother, brother, the_lord, enter, speak]
+    assert group_similar(apart, [key] * 5, 0.5, rules) == [[0, 1], [2], [3], [4]]
+    assert group_similar(apart, [key, (("A", "B"), -1), key, key, key], 0.5, rules) == [[0], [1], [2], [3], [4]]
+    assert group_similar(apart, [key] * 5, 0.5) == [[0], [1], [2], [3], [4]]
+    lord = Rule("form", "f:lord", "form", "f:my")
+    assert describe_rules([lord, mother, brother]) == "'lord', 'mother' or 'brother', each right after 'my'"
+    assert describe_rules([mother, Rule("form", "f:?"), brother]) == "'mother' or 'brother', each right after 'my' or '?' (question mark)"
+    assert describe_rules([Rule("form", "f:thou"), Rule("form", "f:thy")]) == "'thou' or 'thy'"
 
 
 def test_a_rule_broader_than_the_difference_gives_way_to_the_next_best():

@@ -10,9 +10,16 @@ import numpy as np
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.statistics import pair_stats
-from bbox_sae.findings import LatentRule, RuleCandidate, expresses, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms
+from bbox_sae.findings import (
+    LatentRule, RuleCandidate, expresses, group_head, group_latents, group_similar, mine_rule, nested_groups, propose_rules, rule_words, top_forms,
+)
 from bbox_sae.rules import RuleFit, WordAttributes, describe_rules, fit_rule, fit_rules, rules_to_json
 from bbox_sae.stats import bh_qvalues
+
+# Part of the features stage's key: findings made by an older grouping are made again.
+# 2: a nested group is said by its broadest rule only when the words it adds differ too, and
+# listed words after one listed word are one finding.
+FINDINGS_VERSION = 2
 
 
 def _rule_columns(fit: LatentRule | None) -> dict:
@@ -165,12 +172,17 @@ def rule_tested_findings(
             continue
         kept.append((cand, words_train, words_holdout, {**stats, "q_value": float(qv)}, fit))
     groups = nested_groups([k[2] for k in kept], [(k[0].pair, k[0].sign) for k in kept], fcfg.finding_overlap)
-    # Each nested group is said by its broadest rule; sibling groups whose words sit in similar
-    # contexts ('thy', 'thou', 'thee') are one finding said by several rules.
-    heads = [max(g, key=lambda i: len(kept[i][2])) for g in groups]
+    # Each nested group is said by its broadest rule that adds no words where nothing differs
+    # (`group_head`); sibling groups whose words sit in similar contexts ('thy', 'thou', 'thee') are
+    # one finding said by several rules.
+    words_train_of = [k[1] for k in kept]
+    heads = []
+    for g in groups:
+        cand = kept[g[0]][0]
+        heads.append(group_head(g, words_train_of, lp_by_row[cand.pair[0]], lp_by_row[cand.pair[1]], cand.sign))
     siblings = group_similar(
         [embedding_of(kept[h][1][np.random.default_rng(seed).permutation(len(kept[h][1]))[:256]]) for h in heads],
-        [(kept[h][0].pair, kept[h][0].sign) for h in heads], fcfg.finding_similarity,
+        [(kept[h][0].pair, kept[h][0].sign) for h in heads], fcfg.finding_similarity, [kept[h][0].rule for h in heads],
     )
     findings = []
     latent_findings: dict[int, list[tuple[int, list]]] = {}

@@ -1,10 +1,10 @@
 """The offline labeler: a deterministic rule read off a feature's train contexts, said in words,
 and used as its own judge on the validation contexts.
 
-A latent with context rules (those of its findings) is described by them, plus the word forms it
-also fires on outside them (a latent is often broader than the difference it carries: 'st' and
-place names); otherwise by its dominant word forms, a shared neighbouring n-gram or the class of
-the neighbouring word.
+A latent with context rules (those of its findings) is described by them, plus the rules of what
+it also fires on outside them (a latent is often broader than the difference it carries: 'st' and
+place names; `broader.py`); otherwise by its dominant word forms, a shared neighbouring n-gram or
+the class of the neighbouring word.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
-from bbox_sae.rules import Rule, normalize_form, word_attributes
+from bbox_sae.rules import Rule, describe_rules, normalize_form, word_attributes
 from bbox_sae.words import split_words
 
 _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a description
@@ -24,8 +24,7 @@ _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examp
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
 # Part of the label stage's key: a run labeled by an older offline labeler is labeled again.
-OFFLINE_LABELER_VERSION = 2
-_MAX_EXTRA_FORMS = 3  # forms a latent also fires on outside its findings' rules, most frequent first
+OFFLINE_LABELER_VERSION = 3
 
 _PUNCT_NAMES = {
     ",": "comma", ".": "period", "!": "exclamation mark", "?": "question mark", ";": "semicolon",
@@ -185,32 +184,30 @@ def _judged(label: str, source: str, coherent: bool, fits: Callable[[Context], b
     return LabelResult(label, source, None, coherent, scores.balanced_accuracy, scores.precision, scores.recall, fuzz)
 
 
-def forms_outside(train: Sequence[Context], fits: Callable[[Context], bool]) -> tuple[str, ...]:
-    """The word forms, seen at least twice, of the train contexts `fits` leaves out (most frequent first)."""
-    left_out = Counter(normalize_form(c.word) for c in train if not fits(c))
-    ranked = sorted(left_out.items(), key=lambda kv: (-kv[1], kv[0]))
-    return tuple(form for form, count in ranked[:_MAX_EXTRA_FORMS] if count >= 2)
+def _describe_beyond(rule: Rule, finding_rules: Sequence[Rule]) -> str:
+    """A rule outside the findings' rules; the bare word of a finding's contextual rule ('years'
+    beside "'years' right after a lower-case word") is said as that word elsewhere."""
+    same_word = any(r.word_kind == rule.word_kind and r.word_value == rule.word_value for r in finding_rules)
+    return rule.describe() + (" elsewhere" if same_word and rule.left_kind is None else "")
 
 
 def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> LabelResult:
     """The context rules of the latent's findings, said in words ("... or ...": a context fits
-    when any holds), and the forms its train contexts show outside them (the label is then not
-    coherent: the latent is broader than its findings); for a latent without rules, the
-    heuristic rule read off its train contexts."""
+    when any holds), and the rules of what else it fires on (`FeatureExamples.broader`; the label
+    is then not coherent: the latent is broader than its findings); for a latent without rules,
+    the heuristic rule read off its train contexts."""
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts")
     if feature.rules:
         def by_rule(c: Context) -> bool:
             return any(context_matches(r, c) for r in feature.rules)
 
-        extra = forms_outside(feature.train, by_rule)
-
         def fits(c: Context) -> bool:
-            return by_rule(c) or normalize_form(c.word) in extra
+            return by_rule(c) or any(context_matches(r, c) for r in feature.broader)
 
-        label = " or ".join(r.describe() for r in feature.rules)
-        if extra:
-            label += "; the latent also fires on " + ", ".join(_show_form(f) for f in extra)
-        return _judged(label, "rule", not extra, fits, feature, seed, n_fuzz)
+        label = describe_rules(feature.rules)
+        if feature.broader:
+            label += "; the latent also fires on " + ", ".join(_describe_beyond(r, feature.rules) for r in feature.broader)
+        return _judged(label, "rule", not feature.broader, fits, feature, seed, n_fuzz)
     rule = heuristic_rule(feature.train)
     return _judged(describe(rule), "heuristic", rule.coherent, lambda c: rule_matches(rule, c), feature, seed, n_fuzz)

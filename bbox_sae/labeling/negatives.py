@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
 from bbox_sae.config import Config
 from bbox_sae.features import Encoder, contexts_table, encode_rows, make_encoder, open_rows, words_by_row
+from bbox_sae.labeling.records import train_top_contexts
 from bbox_sae.rules import normalize_form
 
 
 def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
     """Each latent's train top word forms (`in_top` rows of contexts.parquet), by latent order."""
-    top = contexts.filter(pc.and_(pc.equal(contexts["split"], "train"), pc.fill_null(contexts["in_top"], False)))
+    top = train_top_contexts(contexts)
     forms: dict[int, set[str]] = {latent: set() for latent in sorted(latents)}
     for latent, word in zip(top["latent"].to_pylist(), top["word"].to_pylist()):
         if latent in forms:

@@ -43,6 +43,7 @@ class FeatureExamples:
     comparisons: tuple[Comparison, ...]
     rules: tuple[Rule, ...] = ()  # the context rules of the latent's findings (or its own best rule)
     contrast: tuple[Context, ...] = ()  # train words of the same forms where the latent is inactive
+    broader: tuple[Rule, ...] = ()  # what else the latent fires on, outside `rules` (`broader.py`)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,12 @@ def select_latents(features: pa.Table, only_kept: bool) -> list[int]:
     return sorted(set(latents.to_pylist()))
 
 
-def _latent_rules(features: pa.Table, findings: pa.Table | None) -> dict[int, list[Rule]]:
+def train_top_contexts(contexts: pa.Table) -> pa.Table:
+    """The rows of contexts.parquet that are latents' train top words (`in_top`)."""
+    return contexts.filter(pc.and_(pc.equal(contexts["split"], "train"), pc.fill_null(contexts["in_top"], False)))
+
+
+def latent_rules(features: pa.Table, findings: pa.Table | None) -> dict[int, list[Rule]]:
     """A latent's rules: those of its findings, else its own best rule."""
     finding_rules = {f["finding"]: rules_from_json(f["rule_json"]) for f in (findings.to_pylist() if findings is not None else []) if f["rule_json"]}
     rules: dict[int, list[Rule]] = defaultdict(list)
@@ -83,10 +89,11 @@ def _probs(row: dict, models: Sequence[str]) -> tuple[tuple[str, float], ...]:
 
 
 def feature_examples(
-    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int, findings: pa.Table | None = None,
-    n_contrast: int = 0,
+    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int,
+    rules: dict[int, list[Rule]] | None = None, n_contrast: int = 0, broader: dict[int, tuple[Rule, ...]] | None = None,
 ) -> list[FeatureExamples]:
-    """Group the contexts (rank order, capped per split) and the pair comparisons of each latent."""
+    """Group the contexts (rank order, capped per split) and the pair comparisons of each latent,
+    with its rules (`latent_rules`) and what else it fires on (`broader.broader_rules`)."""
     wanted = pa.array(latents, pa.int64())
     mine = features.filter(pc.is_in(pc.cast(features["latent"], pa.int64()), value_set=wanted))
     compared = sorted(set(mine["model_a"].to_pylist()) | set(mine["model_b"].to_pylist()))
@@ -99,7 +106,7 @@ def feature_examples(
     comparisons: dict[int, list[Comparison]] = defaultdict(list)
     for r in mine.select(FEATURE_COLUMNS).to_pylist():
         comparisons[r["latent"]].append(Comparison(r["model_a"], r["model_b"], r["better_model"], r["median_dlogp"]))
-    rules = _latent_rules(mine, findings)
+    rules, broader = rules or {}, broader or {}
 
     def top(latent: int, split: str, n: int) -> tuple[Context, ...]:
         return tuple(c for _, c in sorted(by_split[(latent, split)], key=lambda rc: rc[0])[:n])
@@ -113,6 +120,7 @@ def feature_examples(
             comparisons=tuple(comparisons[latent]),
             rules=tuple(rules.get(latent, ())),
             contrast=top(latent, "contrast", n_contrast),
+            broader=broader.get(latent, ()),
         )
         for latent in latents
     ]

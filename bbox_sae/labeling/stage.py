@@ -11,12 +11,13 @@ from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config
 from bbox_sae.errors import ConfigError
 from bbox_sae.features import features_layout
+from bbox_sae.labeling.broader import broader_rules
 from bbox_sae.labeling.client import Stats
 from bbox_sae.labeling.heuristic import heuristic_label
 from bbox_sae.labeling.llm import label_with_llm, print_prompts
 from bbox_sae.labeling.messages import PROMPT_VERSION
 from bbox_sae.labeling.negatives import draw_negatives, finding_members, latent_forms
-from bbox_sae.labeling.records import CONTEXT_COLUMNS, FEATURE_COLUMNS, feature_examples, select_latents
+from bbox_sae.labeling.records import CONTEXT_COLUMNS, FEATURE_COLUMNS, feature_examples, latent_rules, select_latents
 from bbox_sae.labeling.table import labels_table
 
 
@@ -38,7 +39,10 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
     negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents), contrast, finding_members(findings, latents))
     columns = [c for c in contexts.column_names if c in negatives.column_names]
     shown = pa.concat_tables([contexts.select(columns), negatives.select(columns).cast(contexts.select(columns).schema)])
-    examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, findings, contrast)
+    wanted = set(latents)
+    rules = {latent: r for latent, r in latent_rules(features, findings).items() if latent in wanted}
+    broader = broader_rules(cfg, baseline or "sae", contexts, rules)
+    examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, rules, contrast, broader)
     if labeler == "llm" and lc.dry_run:
         print_prompts(examples, cfg.seed, lc.fuzz_examples)
         return {"dry_run": True, "labeler": "llm", "model": lc.model, "features": len(latents), "requests": 0}
