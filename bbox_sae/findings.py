@@ -247,10 +247,10 @@ def group_head(group: list[int], words_train: list[np.ndarray], lp_a: np.ndarray
     """The rule that says a nested group: the broadest (most train words) whose words beyond all the
     other members' show the difference at `keep` of theirs or more, in log-prob or in probability
     (either, as in the effect rule: a Δp ratio alone moves with the words' base probabilities); else
-    the narrowest. Broadest alone would say speech starts ("a word after a blank
-    line") as "an all-capitals word", a rule that also passes, carried by its speech starts, while
-    a quarter of its words (capitals mid-line) differ in nothing. Train words only: the holdout
-    half stays the test."""
+    the narrowest. Broadest alone would say speech starts ("a word after a blank line") as "an
+    all-capitals word", a rule that also passes, carried by its speech starts, while a quarter of
+    its words (capitals mid-line) differ in nothing. Train words only: the holdout half stays the
+    test."""
     by_size = sorted(group, key=lambda i: -len(words_train[i]))
     for i in by_size:
         others = [words_train[j] for j in group if j != i]
