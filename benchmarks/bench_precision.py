@@ -16,6 +16,8 @@ Variants:
 - bf16-refined: bf16 body and output layer, top-32 and target logits recomputed in fp32 (`head: refined`).
 - mixed-refined: the CPU default (`dtype: mixed`, `head: refined`): bf16 matmuls in the linear layers of
   all decoder layers but the first and last, fp32 residual stream, norms and attention.
+- mixed-refined-unstreamed: the same with the refined head as it was before streaming: one matmul over
+  the whole vocabulary into full fp32 logits, a top-k over them, one log-sum-exp.
 - mixed-all-refined: the same with every decoder layer's linear layers in bf16 (why the first and last stay fp32).
 - int8-head32: torchao int8 dynamic quantization of the body's linear layers, fp32 head (needs torchao).
 - bf16-refined-1thread: the refined variant with torch at 1 thread (thread settings).
@@ -50,9 +52,20 @@ from _common import (  # noqa: E402
 from bench_scoring import demo_documents  # noqa: E402
 
 NAME = "precision"
-VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "mixed-refined", "mixed-all-refined", "int8-head32",
-            "bf16-refined-1thread"]
+VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "mixed-refined", "mixed-refined-unstreamed", "mixed-all-refined",
+            "int8-head32", "bf16-refined-1thread"]
 BOUND = {"median": 0.02, "p99": 0.1}
+
+
+def unstreamed_refined_logprobs(scorer, hidden, targets):
+    """The refined head over the whole vocabulary at once (the baseline of the streamed head)."""
+    import torch
+
+    weight = scorer._head.weight
+    logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight).float()
+    rows = torch.cat([logits.topk(scorer.refine_top, dim=-1).indices, targets[:, None]], dim=1)
+    logits = scorer._cap(logits.scatter_(1, rows, torch.einsum("nd,nkd->nk", hidden.float(), scorer._head_weight[rows])))
+    return logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
 
 
 def build(variant: str, model, tokenizer, mcfg):
@@ -71,6 +84,8 @@ def build(variant: str, model, tokenizer, mcfg):
         scorer = HFScorer(mcfg.name, mine, tokenizer, bf16_matmuls=True, head="refined", **kw)
         if variant == "mixed-all-refined":
             use_bf16_matmuls(mine, keep_fp32=0)  # the first and last layer too
+        if variant == "mixed-refined-unstreamed":
+            scorer._streamed_logprobs = lambda hidden, targets: unstreamed_refined_logprobs(scorer, hidden, targets)
         return scorer
     if variant == "int8-head32":
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_

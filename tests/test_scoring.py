@@ -131,6 +131,44 @@ def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
     np.testing.assert_allclose(np.median(err["refined"]), np.median(err["float32"]), atol=0.01)
 
 
+def _full_vocabulary_refined(scorer: HFScorer, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The refined head as one bf16 matmul over the whole vocabulary, its top logits and the
+    target's swapped for fp32 ones, then one log-softmax: what streaming must match."""
+    weight = scorer._head.weight
+    logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight).float()
+    rows = torch.cat([logits.topk(min(scorer.refine_top, logits.shape[1]), dim=-1).indices, targets[:, None]], dim=1)
+    logits = scorer._cap(logits.scatter(1, rows, torch.einsum("nd,nkd->nk", hidden.float(), scorer._head_weight[rows])))
+    return logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+@pytest.mark.parametrize("head", ["float32", "refined"])
+def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabulary(tiny_lm, kind, head, monkeypatch):
+    from bbox_sae.scoring import hf
+
+    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head=head)
+    torch.manual_seed(0)
+    hidden = torch.randn(12, model.config.hidden_size)
+    exact_logits = torch.nn.functional.linear(hidden.double(), scorer._head_weight.double())
+    vocab = exact_logits.shape[1]
+    # Half the targets are each row's most likely token (inside the refined set), half random.
+    targets = torch.where(torch.arange(12) % 2 == 0, exact_logits.argmax(-1), torch.randint(0, vocab, (12,)))
+    with torch.inference_mode():
+        for block, refine_top, softcap in [(8192, 32, None), (1000, 1, None), (vocab + 7, 40, None), (777, 8, 30.0)]:
+            monkeypatch.setattr(hf, "VOCAB_BLOCK", block)
+            scorer.refine_top, scorer._softcap = refine_top, softcap
+            streamed = scorer._target_logprobs(hidden, targets).double()
+            exact = torch.log_softmax(scorer._cap(exact_logits), -1).gather(1, targets[:, None])[:, 0]
+            if head == "float32":
+                np.testing.assert_allclose(streamed.numpy(), exact.numpy(), atol=1e-4, rtol=0)
+                continue
+            full = _full_vocabulary_refined(scorer, hidden, targets).double()
+            # bf16 logits tie often: which tied logit joins the refined set may differ, nothing more.
+            np.testing.assert_allclose(streamed.numpy(), full.numpy(), atol=1e-3, rtol=0)
+            assert (streamed - exact).abs().max() <= (full - exact).abs().max() + 1e-4
+
+
 def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch):
     from bbox_sae import models
     from bbox_sae.config import ModelConfig

@@ -8,6 +8,11 @@ Precision (`dtype` for the decoder body, `bf16_matmuls` for `dtype: mixed` (scor
   `refine_top` largest logits and the target's are recomputed in fp32, so the terms that decide
   the log-softmax are exact; the rest of the vocabulary only adds rounding-sized tails: as
   accurate as "float32" with the head's matmul in bf16 (numbers: benchmarks/bench_precision.py).
+
+The "float32" and "refined" heads stream the vocabulary in blocks of `VOCAB_BLOCK` rows with an
+online log-sum-exp, so a block's logits are still in cache when they are summed: on Gemma's
+262k-token vocabulary, writing out and re-reading the full logits (then a top-k over them) cost
+as much as the head's matmul itself (benchmarks/bench_precision.py, `head` rows).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def tokenize_with_offsets(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]
 
 
 HEADS = ("model", "float32", "refined")
+VOCAB_BLOCK = 8192
 
 
 @dataclass
@@ -124,24 +130,59 @@ class HFScorer:
     def _cap(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.tanh(logits / self._softcap) * self._softcap if self._softcap else logits
 
-    def _chunk_logits(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """fp32 logits (before any softcap) of one chunk of positions over the whole vocabulary."""
+    def _block_logits(self, hidden: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+        """fp32 logits (after any softcap) of vocabulary rows [begin, end), in the head's precision."""
         if self.head == "float32":
-            return torch.nn.functional.linear(hidden.float(), self._head_weight)
-        logits = self._head(hidden).float()
-        if self.head == "refined":
-            exact = hidden.float()
-            rows = torch.cat([logits.topk(min(self.refine_top, logits.shape[1]), dim=-1).indices, targets[:, None]], dim=1)
-            logits.scatter_(1, rows, torch.einsum("nd,nkd->nk", exact, self._head_weight[rows]))
-        return logits
+            return self._cap(torch.nn.functional.linear(hidden.float(), self._head_weight[begin:end]))
+        weight = self._head.weight[begin:end]
+        return self._cap(torch.nn.functional.linear(hidden.to(weight.dtype), weight).float())
+
+    def _streamed_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(target) through an online log-sum-exp over vocabulary blocks; for the refined head,
+        the `refine_top` largest block logits (tracked across blocks) and the target's are then
+        swapped for their fp32 values in the sum."""
+        n, vocab = len(targets), self._head_weight.shape[0]
+        refine = self.head == "refined"
+        top = min(self.refine_top, vocab)
+        running_max = torch.full((n,), -torch.inf, device=hidden.device)
+        running_sum = torch.zeros(n, device=hidden.device)
+        target_logit = torch.empty(n, device=hidden.device)
+        top_values = torch.full((n, top), -torch.inf, device=hidden.device)
+        top_index = torch.zeros((n, top), dtype=torch.long, device=hidden.device)
+        for begin in range(0, vocab, VOCAB_BLOCK):
+            end = min(begin + VOCAB_BLOCK, vocab)
+            logits = self._block_logits(hidden, begin, end)
+            new_max = torch.maximum(running_max, logits.amax(dim=-1))
+            running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(logits - new_max[:, None]).sum(dim=-1)
+            running_max = new_max
+            here = (targets >= begin) & (targets < end)
+            target_logit[here] = logits[here, targets[here] - begin]
+            if refine:
+                values, index = logits.topk(min(top, end - begin), dim=-1)
+                merged_values, pick = torch.cat([top_values, values], 1).topk(top, dim=-1)
+                top_index = torch.cat([top_index, index + begin], 1).gather(1, pick)
+                top_values = merged_values
+        if not refine:
+            return target_logit - (running_max + torch.log(running_sum))
+        rows = torch.cat([top_index, targets[:, None]], dim=1)
+        rounded = torch.cat([top_values, target_logit[:, None]], dim=1).double()
+        exact = self._cap(torch.einsum("nd,nkd->nk", hidden.float(), self._head_weight[rows])).double()
+        # The target's term is already among the top ones when it is one of them.
+        counted = torch.ones_like(rounded)
+        counted[:, -1] = (top_index != targets[:, None]).all(dim=1).double()
+        shift = running_max.double()[:, None]
+        total = running_sum.double() + (counted * (torch.exp(exact - shift) - torch.exp(rounded - shift))).sum(dim=1)
+        return (exact[:, -1] - shift[:, 0] - torch.log(total)).float()
 
     def _target_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
         for s in range(0, len(targets), self.logprob_chunk):
-            chunk_targets = targets[s : s + self.logprob_chunk]
-            logits = self._cap(self._chunk_logits(hidden[s : s + self.logprob_chunk], chunk_targets))
-            lse = torch.logsumexp(logits, dim=-1)
-            out[s : s + self.logprob_chunk] = logits.gather(1, chunk_targets[:, None])[:, 0] - lse
+            chunk_hidden, chunk_targets = hidden[s : s + self.logprob_chunk], targets[s : s + self.logprob_chunk]
+            if self.head == "model":
+                logits = self._cap(self._head(chunk_hidden).float())
+                out[s : s + self.logprob_chunk] = logits.gather(1, chunk_targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+            else:
+                out[s : s + self.logprob_chunk] = self._streamed_logprobs(chunk_hidden, chunk_targets)
         return out
 
     def _run_batch(self, jobs: list[_Job]) -> list[np.ndarray]:
