@@ -191,6 +191,8 @@ def _phrase(kind: str, value: str) -> str:
         return CLASS_PHRASES.get(text, text)
     if text in ("\n", "\n\n"):
         return "a line break" if text == "\n" else "a blank line"
+    if text == " ":
+        return "a run of spaces"  # normalize_form's one form for every run without a line break
     if text == "":
         return "the start of the text"
     if text in PUNCT_NAMES:

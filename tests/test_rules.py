@@ -1,5 +1,7 @@
 """Context rules, Δ-blind ranking and findings: the pieces that make kept features nameable and honest."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ from bbox_sae.dataset import performance_columns
 from bbox_sae.features import blind_rows
 from bbox_sae.findings import group_latents
 from bbox_sae.labeling import Context, context_matches
-from bbox_sae.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, word_attributes
+from bbox_sae.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, normalize_form, word_attributes
 from bbox_sae.words import split_words
 
 TEXT = "I do not know. Not I.\n\nROMEO.\nIs it not so? I will not go.\n\nJULIET.\nNot now; not here. They did not.\n"
@@ -130,6 +132,17 @@ def test_latents_that_share_a_rule_or_their_words_form_one_finding():
 def test_rules_describe_themselves_in_words(rule):
     text = rule.describe()
     assert text and "None" not in text and "c:" not in text and "f:" not in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(" \t\u00a0\n.,ab'")), min_size=1, max_size=12))
+def test_no_rule_shows_a_form_a_reader_cannot_see(text):
+    """Whitespace forms are said in words ("a run of spaces right after '.' (full stop)"), never quoted blanks."""
+    for word in split_words(text):
+        form = "f:" + normalize_form(word)
+        for rule in (Rule("form", form, None, None), Rule(None, None, "form", form), Rule("form", "f:a", "form", form)):
+            assert not re.search(r"'\s+'", rule.describe()), rule.describe()
+    assert Rule("form", "f: ", "form", "f:.").describe() == "a run of spaces right after '.' (full stop)"
 
 
 def _speech_corpus(n_docs: int = 200, seed: int = 0):

@@ -18,8 +18,8 @@ from bbox_sae.stats import bh_qvalues
 
 # Part of the features stage's key: findings made by an older grouping are made again.
 # 2: a nested group is said by its broadest rule only when the words it adds differ too, and
-# listed words after one listed word are one finding.
-FINDINGS_VERSION = 2
+# listed words after one listed word are one finding. 3: a run of spaces is said in words.
+FINDINGS_VERSION = 3
 
 
 def _rule_columns(fit: LatentRule | None) -> dict:

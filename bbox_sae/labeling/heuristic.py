@@ -24,7 +24,7 @@ _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examp
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
 # Part of the label stage's key: a run labeled by an older offline labeler is labeled again.
-OFFLINE_LABELER_VERSION = 3
+OFFLINE_LABELER_VERSION = 4
 
 _PUNCT_NAMES = {
     ",": "comma", ".": "period", "!": "exclamation mark", "?": "question mark", ";": "semicolon",
