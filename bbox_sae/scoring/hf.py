@@ -12,7 +12,7 @@ Precision (`dtype` for the decoder body, `bf16_matmuls` for `dtype: mixed` (scor
 The "float32" and "refined" heads stream the vocabulary in blocks of `VOCAB_BLOCK` rows with an
 online log-sum-exp, so a block's logits are still in cache when they are summed: on Gemma's
 262k-token vocabulary, writing out and re-reading the full logits (then a top-k over them) cost
-as much as the head's matmul itself (benchmarks/bench_precision.py, `head` rows).
+as much as the head's matmul itself (benchmarks/bench_precision.py, variant `mixed-refined-unstreamed`).
 """
 
 from __future__ import annotations
