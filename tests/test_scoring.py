@@ -172,6 +172,7 @@ def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabu
 def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch):
     from bbox_sae import models
     from bbox_sae.config import ModelConfig
+    from bbox_sae.scoring import precision
     from bbox_sae.models import resolve_dtype, resolve_head, resolve_scoring_dtype
     from bbox_sae.scoring.stage import model_key
 
@@ -189,6 +190,12 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     auto, explicit = model_key(base), model_key(base.model_copy(update={"dtype": "float32"}))
     monkeypatch.setitem(models.SCORING_DTYPE_AUTO, "cpu", "float32")
     assert model_key(base) != auto and model_key(base.model_copy(update={"dtype": "float32"})) == explicit
+    # A new rounding scheme for `mixed` or the refined head re-scores those, and only those.
+    mixed, refined = base.model_copy(update={"dtype": "mixed"}), base.model_copy(update={"dtype": "bfloat16", "head": "refined"})
+    configs = (base, mixed, refined, base.model_copy(update={"dtype": "float32"}))
+    before = [model_key(m) for m in configs]
+    monkeypatch.setattr(precision, "PRECISION_VERSION", precision.PRECISION_VERSION + 1)
+    assert [model_key(m) != k for m, k in zip(configs, before)] == [True, True, True, False]
 
 
 @pytest.mark.parametrize("kind", ["smollm2", "gemma"])

@@ -22,6 +22,10 @@ import torch
 from bbox_sae.errors import ConfigError
 
 
+# Part of the scores' cache key where `mixed` or the refined head is used: scores computed before
+# a change of their rounding are computed again. 2: streamed refined head, bf16 gated-MLP projections.
+PRECISION_VERSION = 2
+
 # The projections whose outputs only feed a gated MLP's activation and product (Llama, Gemma, OLMo,
 # Mistral and Qwen name them so).
 GATED_MLP_INPUTS = ("gate_proj", "up_proj")

@@ -156,6 +156,10 @@ def model_key(model_cfg: ModelConfig) -> str:
         from bbox_sae.models import SCORING_DTYPE_AUTO
 
         relevant["dtype_auto"] = SCORING_DTYPE_AUTO
+    if model_cfg.source in ("hf", "gguf") and (model_cfg.dtype in ("auto", "mixed") or model_cfg.head == "refined"):
+        from bbox_sae.scoring.precision import PRECISION_VERSION
+
+        relevant["precision_version"] = PRECISION_VERSION
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
