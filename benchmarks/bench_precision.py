@@ -18,8 +18,6 @@ Variants:
   all decoder layers but the first and last, fp32 residual stream, norms and attention.
 - mixed-refined-unstreamed: the same with the refined head as it was before streaming: one matmul over
   the whole vocabulary into full fp32 logits, a top-k over them, one log-sum-exp.
-- mixed-refined-mlp32: the same with a gated MLP's gate and up projections returning fp32 (the
-  default before they returned bf16).
 - mixed-all-refined: the same with every decoder layer's linear layers in bf16 (why the first and last stay fp32).
 - int8-head32: torchao int8 dynamic quantization of the body's linear layers, fp32 head (needs torchao).
 - bf16-refined-1thread: the refined variant with torch at 1 thread (thread settings).
@@ -54,8 +52,8 @@ from _common import (  # noqa: E402
 from bench_scoring import demo_documents  # noqa: E402
 
 NAME = "precision"
-VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "mixed-refined", "mixed-refined-unstreamed", "mixed-refined-mlp32",
-            "mixed-all-refined", "int8-head32", "bf16-refined-1thread"]
+VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "mixed-refined", "mixed-refined-unstreamed", "mixed-all-refined",
+            "int8-head32", "bf16-refined-1thread"]
 BOUND = {"median": 0.02, "p99": 0.1}
 
 
@@ -74,7 +72,7 @@ def build(variant: str, model, tokenizer, mcfg):
     import torch
 
     from bbox_sae.scoring.hf import HFScorer
-    from bbox_sae.scoring.precision import Bf16Linear, use_bf16_matmuls
+    from bbox_sae.scoring.precision import use_bf16_matmuls
 
     kw = dict(start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride, batch_size=mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk)
     if variant == "fp32":
@@ -88,10 +86,6 @@ def build(variant: str, model, tokenizer, mcfg):
             use_bf16_matmuls(mine, keep_fp32=0)  # the first and last layer too
         if variant == "mixed-refined-unstreamed":
             scorer._streamed_logprobs = lambda hidden, targets: unstreamed_refined_logprobs(scorer, hidden, targets)
-        if variant == "mixed-refined-mlp32":
-            for module in mine.modules():
-                if isinstance(module, Bf16Linear):
-                    module.bf16_output = False
         return scorer
     if variant == "int8-head32":
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_

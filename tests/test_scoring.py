@@ -211,13 +211,6 @@ def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
     for i, layer in enumerate(layers):
         linears = [m for m in layer.modules() if isinstance(m, (torch.nn.Linear, Bf16Linear))]
         assert linears and all(isinstance(m, Bf16Linear) == (0 < i < len(layers) - 1) for m in linears)
-    # Only the gated MLP's gate and up projections hand bf16 on (to the activation and product);
-    # the MLP, like every other sublayer, returns fp32 to the residual stream.
-    mlp = layers[1].mlp
-    x = torch.randn(3, model.config.hidden_size)
-    assert mlp.gate_proj(x).dtype == mlp.up_proj(x).dtype == torch.bfloat16
-    assert mlp(x).dtype == layers[1].self_attn.q_proj(x).dtype == torch.float32
-    assert sum(m.bf16_output for m in model.modules() if isinstance(m, Bf16Linear)) == 2 * (len(layers) - 2)
     swapped = {id(p) for m in model.modules() if isinstance(m, Bf16Linear) for p in m.parameters()}
     # Everything but the swapped matmuls (embeddings, norms, the head's fp32 copy) stays fp32.
     assert all(p.dtype == torch.float32 for p in model.parameters() if id(p) not in swapped)

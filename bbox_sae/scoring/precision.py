@@ -7,12 +7,6 @@ p99 0.1 nats). Most of that error is not in the matmuls: with only the linear la
 the first and last decoder layer left whole in fp32 (errors there pass through every later layer,
 or straight into the logits), both demo models stay within the bound at 2.1-2.5x the fp32
 tokens/s (benchmarks/bench_precision.py, variants `mixed-refined` and `mixed-all-refined`).
-
-In a gated MLP (`down_proj(act(gate_proj(x)) * up_proj(x))`) the gate and up projections return
-bf16: `down_proj` rounds its input to bf16 anyway, so the activation and product computed in bf16
-add one rounding of each factor to one of their product, and save two fp32 round trips of the
-widest activations (SmolLM2 +8%, Gemma 3 +1% tokens/s, per-word error unchanged within 0.001
-median; bench_precision.py variant `mixed-refined-mlp32`).
 """
 
 from __future__ import annotations
@@ -23,30 +17,21 @@ from bbox_sae.errors import ConfigError
 
 
 # Part of the scores' cache key where `mixed` or the refined head is used: scores computed before
-# a change of their rounding are computed again. 2: streamed refined head, bf16 gated-MLP projections.
+# a change of their rounding are computed again. 2: the refined head streams the vocabulary.
 PRECISION_VERSION = 2
-
-# The projections whose outputs only feed a gated MLP's activation and product (Llama, Gemma, OLMo,
-# Mistral and Qwen name them so).
-GATED_MLP_INPUTS = ("gate_proj", "up_proj")
 
 
 class Bf16Linear(torch.nn.Module):
-    """A linear layer with bf16 weights whose inputs are rounded to bf16 and outputs returned in fp32
-    (or left in bf16, `bf16_output`, for a layer without bias)."""
+    """A linear layer with bf16 weights whose inputs are rounded to bf16 and outputs returned in fp32."""
 
-    def __init__(self, linear: torch.nn.Linear, bf16_output: bool = False):
+    def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         self.weight = torch.nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
         bias = linear.bias
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().float(), requires_grad=False)
-        self.bf16_output = bf16_output and bias is None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.nn.functional.linear(x.to(torch.bfloat16), self.weight)
-        if self.bf16_output:
-            return y
-        y = y.float()
+        y = torch.nn.functional.linear(x.to(torch.bfloat16), self.weight).float()
         return y if self.bias is None else y + self.bias
 
 
@@ -60,11 +45,10 @@ def decoder_layers(model) -> torch.nn.ModuleList:
 
 def use_bf16_matmuls(model, keep_fp32: int = 1) -> None:
     """Swap the linear layers of every decoder layer but the first and last `keep_fp32` for
-    `Bf16Linear`, in place; a gated MLP's gate and up projections keep bf16 outputs."""
+    `Bf16Linear`, in place."""
     layers = decoder_layers(model)
     for layer in list(layers)[keep_fp32 : len(layers) - keep_fp32]:
         for parent in list(layer.modules()):
-            gated = type(getattr(parent, "down_proj", None)) is torch.nn.Linear
             for name, child in list(parent.named_children()):
                 if type(child) is torch.nn.Linear:
-                    setattr(parent, name, Bf16Linear(child, bf16_output=gated and name in GATED_MLP_INPUTS))
+                    setattr(parent, name, Bf16Linear(child))
