@@ -58,7 +58,8 @@ BOUND = {"median": 0.02, "p99": 0.1}
 
 
 def unstreamed_refined_logprobs(scorer, hidden, targets):
-    """The refined head over the whole vocabulary at once (the baseline of the streamed head)."""
+    """The refined head over the whole vocabulary at once: the baseline of the streamed head, and the
+    reference its test (tests/test_scoring.py) compares it with."""
     import torch
 
     weight = scorer._head.weight

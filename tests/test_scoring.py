@@ -1,3 +1,6 @@
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -131,20 +134,14 @@ def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
     np.testing.assert_allclose(np.median(err["refined"]), np.median(err["float32"]), atol=0.01)
 
 
-def _full_vocabulary_refined(scorer: HFScorer, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The refined head as one bf16 matmul over the whole vocabulary, its top logits and the
-    target's swapped for fp32 ones, then one log-softmax: what streaming must match."""
-    weight = scorer._head.weight
-    logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight).float()
-    rows = torch.cat([logits.topk(min(scorer.refine_top, logits.shape[1]), dim=-1).indices, targets[:, None]], dim=1)
-    logits = scorer._cap(logits.scatter(1, rows, torch.einsum("nd,nkd->nk", hidden.float(), scorer._head_weight[rows])))
-    return logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
-
-
 @pytest.mark.parametrize("kind", ["smollm2", "gemma"])
 @pytest.mark.parametrize("head", ["float32", "refined"])
 def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabulary(tiny_lm, kind, head, monkeypatch):
     from bbox_sae.scoring import hf
+
+    # The one-pass head the streamed one replaced, as the precision benchmark measures it.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_precision import unstreamed_refined_logprobs
 
     model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
     scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head=head)
@@ -163,7 +160,7 @@ def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabu
             if head == "float32":
                 np.testing.assert_allclose(streamed.numpy(), exact.numpy(), atol=1e-4, rtol=0)
                 continue
-            full = _full_vocabulary_refined(scorer, hidden, targets).double()
+            full = unstreamed_refined_logprobs(scorer, hidden, targets).double()
             # bf16 logits tie often: which tied logit joins the refined set may differ, nothing more.
             np.testing.assert_allclose(streamed.numpy(), full.numpy(), atol=1e-3, rtol=0)
             assert (streamed - exact).abs().max() <= (full - exact).abs().max() + 1e-4
@@ -172,8 +169,8 @@ def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabu
 def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch):
     from bbox_sae import models
     from bbox_sae.config import ModelConfig
-    from bbox_sae.scoring import precision
     from bbox_sae.models import resolve_dtype, resolve_head, resolve_scoring_dtype
+    from bbox_sae.scoring import precision
     from bbox_sae.scoring.stage import model_key
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
