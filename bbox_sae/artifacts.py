@@ -14,8 +14,9 @@ import hashlib
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -35,6 +36,18 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def naming_os_errors(path: str | Path) -> Iterator[None]:
+    """OS errors that name no file (pyarrow's and numpy's writers on a full disk) are given `path`,
+    so the one-line error says which file could not be written."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

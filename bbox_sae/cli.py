@@ -100,6 +100,10 @@ def dispatch(args) -> int:
     from bbox_sae.pipeline import run_lock
 
     with run_lock(ensure_output_dir(cfg)):
+        if cmd == "eval" and args.what == "planted":
+            from bbox_sae.evaluation import check_planted_config
+
+            check_planted_config(cfg)  # may refuse the output dir: before the config there is replaced
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
         save_resolved(cfg)
         return _single_command(cmd, cfg, args)

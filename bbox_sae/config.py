@@ -30,6 +30,22 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+def _not_empty(value: str) -> str:
+    # An empty path is the working directory: an unset shell variable (`-o "$OUT"`) would write
+    # the run there, over whatever config.yaml it holds, or read it as the corpus.
+    if not value.strip():
+        raise ValueError("is empty (an unset shell variable?); name a file or folder")
+    return value
+
+
+def _path_component(value: str, what: str) -> str:
+    # The name becomes a folder (logprobs/<name>, sae/<run_name>): '..' would be the output dir
+    # itself, and removing "its" folder would remove the whole run.
+    if value in ("", ".", "..") or "/" in value or "\\" in value:
+        raise ValueError(f"{what} {value!r} is not usable as a folder name (empty, '.', '..', or holds '/' or '\\')")
+    return value
+
+
 def _admits_bool(annotation: Any) -> bool:
     if annotation is bool or annotation is Any:
         return True
@@ -82,6 +98,8 @@ class CorpusConfig(Section):
     holdout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
     shard_docs: int = Field(default=256, ge=1, description="documents per artifact shard")
 
+    _path_not_empty = field_validator("path")(_not_empty)
+
     @model_validator(mode="after")
     def _check_hf_fields(self) -> "CorpusConfig":
         # Only load_dataset reads them: elsewhere they would be silently ignored.
@@ -131,6 +149,11 @@ class ModelConfig(Section):
     max_tokens: int = Field(
         default=0, ge=0, le=1, description="tokens generated after the echoed prompt: 0 for vLLM; 1 where 0 means unlimited"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_folder(cls, value: str) -> str:
+        return _path_component(value, "model name")
 
     @model_validator(mode="after")
     def _check_source(self) -> "ModelConfig":
@@ -197,6 +220,11 @@ class SAEConfig(Section):
     device: str = "auto"
     checkpoint_every: int = Field(default=500, ge=1, description="steps between resumable checkpoints")
     run_name: str | None = Field(default=None, description="default derived from d_sae/k/architecture")
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name_is_a_folder(cls, value: str | None) -> str | None:
+        return value if value is None else _path_component(value, "run_name")
 
     @model_validator(mode="after")
     def _check_k(self) -> "SAEConfig":
@@ -317,6 +345,8 @@ class Config(Section):
     report: ReportConfig = Field(default_factory=ReportConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
 
+    _paths_not_empty = field_validator("output_dir", "cache_dir")(_not_empty)
+
     @field_validator("models")
     @classmethod
     def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
@@ -376,11 +406,34 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys: `d_sae: 32` then `d_sae: 16` would silently train 16."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict = {}
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` then a key of its own is YAML's way to override, not a repeat
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = first_line.get(key)
+            except TypeError:
+                continue  # an unhashable key: the base class names it
+            if first is not None:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
 def _parse_value(key: str, text: str, source: str) -> Any:
     if text == "":
         return ""
     try:
-        return yaml.safe_load(text)
+        return _yaml_load(text)
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"{source}: '{key}': value {text!r} is not valid YAML ({problem}); quote a string, e.g. {key}='\"{text}\"'") from None
@@ -446,7 +499,7 @@ def load_raw(path: str | Path) -> dict:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: config is not UTF-8 (byte {err.start})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = _yaml_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -468,6 +521,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None, output_dir
         raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides or [], source=f"{path} (--set)")
     if output_dir is not None:
+        if not output_dir.strip():
+            raise ConfigError("--output-dir: is empty (an unset shell variable?); name the output folder")
         raw["output_dir"] = output_dir
     return config_from_dict(raw, source=str(path))
 

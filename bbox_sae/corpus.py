@@ -12,11 +12,12 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import pyarrow as pa
 
-from bbox_sae.config import CorpusConfig
-from bbox_sae.corpus_files import Document, iter_documents
+from bbox_sae.config import Config, CorpusConfig
+from bbox_sae.corpus_files import Document, iter_documents, walk_files
 from bbox_sae.errors import CorpusError
 from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
 from bbox_sae.words import word_spans
@@ -61,9 +62,9 @@ def split_of(doc_id: str, holdout_fraction: float, seed: int) -> str:
     return "holdout" if u < holdout_fraction else "train"
 
 
-def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None = None) -> list[Document]:
+def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None = None, exclude: Iterable[Path] = ()) -> list[Document]:
     stats = stats if stats is not None else IngestStats()
-    source = iter_documents(cfg)
+    source = iter_documents(cfg, exclude)
     seen: dict[str, Document] = {}
     docs: list[Document] = []
     total_words = 0
@@ -146,7 +147,13 @@ def shard_key(documents: pa.Table, *settings: str, columns: tuple[str, ...] = ("
     return h.hexdigest()[:16]
 
 
-def corpus_fingerprint(cfg: CorpusConfig) -> str:
+def run_dirs(cfg: Config) -> tuple[Path, Path]:
+    """Where bbox writes (the run, the model cache): never corpus, even inside the corpus folder,
+    or the next run would ingest its own artifacts."""
+    return cfg.out, cfg.cache
+
+
+def corpus_fingerprint(cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> str:
     """Checksum of the corpus files' content (a hub dataset, which has no local files, by name).
 
     Content, not sizes and times: an edit that keeps the size within one timestamp tick must
@@ -154,7 +161,8 @@ def corpus_fingerprint(cfg: CorpusConfig) -> str:
     from bbox_sae.artifacts import sha256_file
 
     path = Path(cfg.path).expanduser()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    # The files ingest reads: symlinked folders too, or an edit inside one would go unseen.
+    files = [path] if path.is_file() else walk_files(path, exclude)[0] if path.is_dir() else []
     h = hashlib.sha256(str(path).encode())
     for f in files:
         h.update(f"\x00{f.relative_to(path) if f != path else ''}\x00{sha256_file(f)}".encode())

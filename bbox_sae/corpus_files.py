@@ -16,10 +16,11 @@ import gzip
 import io
 import json
 import logging
+import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -243,6 +244,8 @@ UNSUPPORTED_MAGIC = [
 ]
 COMPRESSION_MAGIC = [(b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd")]
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+# Tables as text: read as a plain text file they would be one document of raw rows.
+DELIMITED_SUFFIXES = {".csv": "CSV", ".tsv": "TSV"}
 NAMED_BINARY_SUFFIXES = {".parquet": "Parquet", ".gz": "gzip data", ".zst": "zstd data"}
 
 
@@ -327,13 +330,50 @@ def _hidden(rel: Path) -> bool:
     return any(part.startswith((".", "_")) for part in rel.parts)
 
 
-def read_folder(root: Path, fmt: str, cfg: CorpusConfig) -> Iterator[Document]:
-    """Every corpus file under `root`, in path order, each read by its own format.
+def _raise(err: OSError) -> None:
+    raise err
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def walk_files(root: Path, exclude: Iterable[Path] = ()) -> tuple[list[Path], list[Path]]:
+    """Every file below `root` in path order, symlinked folders followed, and the folders skipped
+    because their real folder was already read (a link back up the tree would loop; a second link to
+    a folder would read its documents twice). An unreadable folder is an error, not a silent gap.
+    Folders in `exclude` (the run's output dir, the model cache) are not corpus, wherever they are."""
+    files, repeats, seen = [], [], set()
+    skip = {i for i in map(_identity, exclude) if i is not None}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=_raise):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in skip:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            repeats.append(Path(dirpath))
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirnames.sort()  # the first path to a folder, in path order, is the one read
+        files.extend(Path(dirpath) / name for name in filenames)
+    return sorted(f for f in files if f.is_file()), repeats
+
+
+def read_folder(root: Path, fmt: str, cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> Iterator[Document]:
+    """Every corpus file under `root` (outside `exclude`), in path order, each read by its own format.
 
     Plain text is read only from `.txt` files, so a README or LICENSE beside the shards is
     skipped (and logged) rather than ingested as a document.
     """
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
+    found, repeats = walk_files(root, exclude)
+    for folder in repeats:
+        log.warning("%s: skipped, it links to %s, which is read already", folder, folder.resolve())
+    files = [p for p in found if not _hidden(p.relative_to(root))]
     chosen, skipped = [], []
     for f in files:
         kind = sniff(f)
@@ -369,8 +409,9 @@ def _file_kind(path: Path, fmt: str) -> FileKind:
     return FileKind(fmt, compression if fmt == "jsonl" else None)
 
 
-def iter_documents(cfg: CorpusConfig) -> Iterator[Document]:
-    """The corpus's documents in order, read lazily (a streamed hub dataset is never held whole)."""
+def iter_documents(cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> Iterator[Document]:
+    """The corpus's documents in order, read lazily (a streamed hub dataset is never held whole).
+    `exclude`: folders bbox writes (output dir, model cache), left out of a corpus folder."""
     path = Path(cfg.path).expanduser()
     if cfg.format == "hf" or (cfg.format == "auto" and path.is_dir() and _is_saved_dataset(path)):
         return read_hf(cfg)
@@ -378,5 +419,12 @@ def iter_documents(cfg: CorpusConfig) -> Iterator[Document]:
         hint = " (for a hub dataset set corpus.format: hf)" if cfg.format == "auto" else ""
         raise CorpusError(f"{path}: corpus not found{hint}")
     if path.is_dir():
-        return read_folder(path, cfg.format, cfg)
-    return _read_file(path, _file_kind(path, cfg.format), cfg, name="")
+        written = [e for e in exclude if _identity(e) == _identity(path)]
+        if written:
+            raise CorpusError(f"{path}: the corpus folder is also where bbox writes ({written[0]}); give output_dir and cache_dir folders of their own")
+        return read_folder(path, cfg.format, cfg, exclude)
+    kind = _file_kind(path, cfg.format)
+    if kind.format == "text" and path.suffix.lower() in DELIMITED_SUFFIXES:
+        what = DELIMITED_SUFFIXES[path.suffix.lower()]
+        raise _unsupported(path, f"{what}; convert it to Parquet or JSONL with a '{cfg.text_field}' column")
+    return _read_file(path, kind, cfg, name="")

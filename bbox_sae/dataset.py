@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, resolve_files
+from bbox_sae.artifacts import ShardedTable, atomic_write_json, naming_os_errors, read_table, resolve_files
 from bbox_sae.config import Config
 from bbox_sae.corpus import shard_ranges
 from bbox_sae.errors import ArtifactError
@@ -94,15 +94,17 @@ def _rebatch(path: Path, columns: list[str], chunk_rows: int) -> Iterator[pa.Tab
     """Exactly `chunk_rows`-row tables (the last may be shorter) from a Parquet file, streamed."""
     buffer: list[pa.RecordBatch] = []
     held = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns):
-        buffer.append(batch)
-        held += batch.num_rows
-        while held >= chunk_rows:
-            table = pa.Table.from_batches(buffer)
-            yield table.slice(0, chunk_rows)
-            rest = table.slice(chunk_rows)
-            buffer = rest.to_batches()
-            held = rest.num_rows
+    # A read error is named here, so that the writer's naming below never claims it.
+    with naming_os_errors(path):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns):
+            buffer.append(batch)
+            held += batch.num_rows
+            while held >= chunk_rows:
+                table = pa.Table.from_batches(buffer)
+                yield table.slice(0, chunk_rows)
+                rest = table.slice(chunk_rows)
+                buffer = rest.to_batches()
+                held = rest.num_rows
     if held:
         yield pa.Table.from_batches(buffer)
 
@@ -222,11 +224,12 @@ def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: 
     mode = cfg.build.performance
     tmp_matrix = _temp_path(cfg.paths.matrix, os.getpid())
     tmp_index = _temp_path(cfg.paths.index, os.getpid())
-    matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.float32, shape=(rows, d_total))
+    with naming_os_errors(cfg.paths.matrix):
+        matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.float32, shape=(rows, d_total))
     schema = index_schema(models)
     row = 0
     try:
-        with pq.ParquetWriter(tmp_index, schema, compression="zstd") as writer:
+        with naming_os_errors(cfg.paths.index), pq.ParquetWriter(tmp_index, schema, compression="zstd") as writer:
             for chunk in tqdm(_chunks(cfg, models, cfg.build.chunk_rows), desc="build: write", unit="chunk", leave=False):
                 v = chunk.valid
                 n = int(v.sum())
@@ -245,7 +248,8 @@ def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: 
                     cols[logprob_column(m)] = pa.array(chunk.logprobs[v, i])
                 writer.write_table(pa.table(cols, schema=schema))
                 row += n
-        matrix.flush()
+        with naming_os_errors(cfg.paths.matrix):
+            matrix.flush()
         del matrix
         os.replace(tmp_matrix, cfg.paths.matrix)
         os.replace(tmp_index, cfg.paths.index)

@@ -175,7 +175,7 @@ def load_embedder(cfg: EmbeddingConfig) -> WordEmbedder:
     from bbox_sae.models import encoder_location, resolve_device, resolve_dtype
 
     location = encoder_location(cfg.model, cfg.package)
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, "embedding.device")
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModel.from_pretrained(location, dtype=resolve_dtype(cfg.dtype, device))
@@ -183,6 +183,13 @@ def load_embedder(cfg: EmbeddingConfig) -> WordEmbedder:
         raise ConfigError(f"embedding.model '{location}': {str(err).splitlines()[0]}") from None
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"embedding.model '{location}': a fast tokenizer (with offsets) is needed")
+    n_layers = getattr(model.config, "num_hidden_layers", None)
+    # hidden_states holds the embedding output and then one entry per layer: n_layers + 1 in all.
+    if isinstance(n_layers, int) and not -(n_layers + 1) <= cfg.layer <= n_layers:
+        raise ConfigError(
+            f"embedding.layer {cfg.layer}: '{location}' has {n_layers} layers; use {-(n_layers + 1)}..{n_layers} "
+            "(0: the token embeddings, -1: the last layer)"
+        )
     model.to(device).eval()
     return WordEmbedder(
         model, tokenizer, layer=cfg.layer, window=cfg.window, stride=cfg.stride, batch_size=cfg.batch_size, mark_line_breaks=cfg.mark_line_breaks

@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import regex
 import yaml
 
@@ -259,24 +258,39 @@ def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     return variants
 
 
+def _reading_b_from(cfg: Config, path: Path) -> Config:
+    """`cfg` with model B's log-probs read from `path`, a file of the evaluation's own."""
+    b_name = cfg.compare[0][1]
+    return cfg.model_copy(update={"models": [m.model_copy(update={"path": str(path)}) if m.name == b_name else m for m in cfg.models]})
+
+
 def _plant(cfg: Config, lp_b: np.ndarray, words: pa.Table) -> None:
-    """Write model B's per-word log-probs and import them (anew: the file is rewritten in place)."""
+    """Write model B's per-word log-probs and import them (anew: the file is rewritten in place).
+    `cfg` reads B from a file inside its output dir (`_reading_b_from`), never from the user's own."""
     import shutil
 
+    from bbox_sae.artifacts import atomic_write_table
     from bbox_sae.scoring.stage import run_score
 
     b_model = cfg.model(cfg.compare[0][1])
-    b_path = Path(b_model.path).expanduser()
-    b_path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp_b}), b_path)
+    atomic_write_table(b_model.path, pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp_b}))
     shutil.rmtree(cfg.paths.logprobs(b_model.name), ignore_errors=True)
     run_score(cfg, models=[b_model.name])
 
 
-def _check_planted_config(cfg: Config) -> None:
+def check_planted_config(cfg: Config) -> None:
+    """Before the evaluation writes anything: it replaces model B's log-probs and every result in
+    its output dir, so that dir must not hold a run of the user's own."""
     b_name = cfg.compare[0][1]
     if cfg.model(b_name).source != "parquet":
         raise ConfigError(f"eval: model '{b_name}' must be `source: parquet` (its log-probs are planted)")
+    from bbox_sae.stages import read_manifest
+
+    if read_manifest(cfg.out)["stages"]:
+        raise ConfigError(
+            f"output_dir {cfg.out}: holds a `bbox run` (manifest.json records its stages), whose log-probs of model '{b_name}' and "
+            "findings `bbox eval planted` would replace with planted ones; give the evaluation an output dir of its own (-o)"
+        )
 
 
 def _score_a(cfg: Config) -> tuple[pa.Table, np.ndarray]:
@@ -307,9 +321,7 @@ def _extract(cfg: Config) -> None:
 def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, seed: int) -> dict:
     """B = A + N(0, noise_std) with nothing planted, SAE seed `seed`; every kept finding is false."""
     out = cfg.paths.null_seed(seed).root
-    b_name = cfg.compare[0][1]
-    models = [m.model_copy(update={"path": str(cfg.paths.null_logprobs(seed))}) if m.name == b_name else m for m in cfg.models]
-    sub = cfg.model_copy(update={"output_dir": str(out), "models": models, "sae": cfg.sae.model_copy(update={"seed": seed})})
+    sub = _reading_b_from(cfg, cfg.paths.null_logprobs(seed)).model_copy(update={"output_dir": str(out), "sae": cfg.sae.model_copy(update={"seed": seed})})
     _link_inputs(cfg.out, out, logprobs=[cfg.compare[0][0]])
     save_resolved(sub)
     rng = np.random.default_rng(1000 + seed)
@@ -328,8 +340,12 @@ def planted_rules_path(cfg: Config, override: str | None) -> Path:
 def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[int, ...] = (0, 1, 2), ablations: bool = False) -> dict:
     """`bbox eval planted`: score A, plant B, run the pipeline, measure recovery and FDR; then the
     null pair for each seed in `null_seeds`, and (optionally) the ablations."""
-    _check_planted_config(cfg)
+    check_planted_config(cfg)
     rules, noise_std, seed = load_rules(planted_rules_path(cfg, rules_path))
+    # B's configured `path` may be the user's own file: the planted log-probs go to one of ours,
+    # and the saved config says so (a later `bbox run` on this dir reads what was evaluated).
+    cfg = _reading_b_from(cfg, cfg.paths.planted_logprobs)
+    save_resolved(cfg)
     words, lp_a = _score_a(cfg)
     masks = rule_masks(words, rules)
     _plant(cfg, planted_logprobs(lp_a, masks, rules, noise_std, seed), words)

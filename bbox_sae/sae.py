@@ -10,6 +10,7 @@ sae-lens facts this module works around:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -22,6 +23,7 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_text
 from bbox_sae.config import Config, SAEConfig
@@ -204,11 +206,37 @@ def short_run_warnings(sae_cfg: SAEConfig, total_steps: int, batch: int) -> list
     ]
 
 
+# How a save fails on a full or read-only disk: torch.save as a RuntimeError ("enforce fail at
+# inline_container.cc"), safetensors as its own error ("os error 28"), JSON writes as an OSError.
+_SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
+
+
+def _save_failure(err: Exception) -> str:
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else type(err).__name__
+    if getattr(err, "errno", None) == errno.ENOSPC or "os error 28" in text or "No space left" in text:
+        return f"no space left on device ({line})"
+    return f"{line} (is the disk full or read-only?)"
+
+
 def _trainer_class():
     from sae_lens.training.sae_trainer import SAETrainer
 
     class GuardedTrainer(SAETrainer):
-        """Stops at the first non-finite loss, before the bad step can reach a checkpoint."""
+        """Stops at the first non-finite loss, before the bad step can reach a checkpoint; a checkpoint
+        that cannot be written stops training with one line naming it."""
+
+        def save_checkpoint(self, checkpoint_name, *args, **kwargs):
+            try:
+                super().save_checkpoint(checkpoint_name, *args, **kwargs)
+            except _SAVE_ERRORS as err:
+                partial = Path(self.cfg.checkpoint_path) / checkpoint_name
+                # Half written, maybe with its completion mark: resume must never pick it, and its space is wanted back.
+                shutil.rmtree(partial, ignore_errors=True)
+                raise ArtifactError(
+                    f"{partial}: cannot write the training checkpoint: {_save_failure(err)}; "
+                    "the last complete checkpoint is kept: free space, then `bbox train --resume`"
+                ) from None
 
         def step(self, batch):
             output = super().step(batch)
@@ -220,6 +248,15 @@ def _trainer_class():
             return output
 
     return GuardedTrainer
+
+
+def _close_progress_bars() -> None:
+    """sae-lens's fit() leaves its progress bar open when a step or a checkpoint fails; closed now, it
+    ends its line before the one-line error instead of being drawn again after it."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def _latest_checkpoint(checkpoints: Path) -> Path | None:
@@ -238,9 +275,14 @@ def _save_inference_model(sae, paths: SaeRunLayout) -> None:
     should give identical files."""
     tmp = Path(tempfile.mkdtemp(prefix=_SAVE_PREFIX, dir=paths.root))
     try:
-        weights, cfg_path = sae.save_inference_model(tmp)
-        with open(weights, "rb") as fh:
-            os.fsync(fh.fileno())
+        try:
+            weights, cfg_path = sae.save_inference_model(tmp)
+            with open(weights, "rb") as fh:
+                os.fsync(fh.fileno())
+        except _SAVE_ERRORS as err:
+            raise ArtifactError(
+                f"{paths.weights}: cannot write the trained SAE: {_save_failure(err)}; free space, then `bbox train --resume`"
+            ) from None
         cfg_data = json.loads(Path(cfg_path).read_text())
         os.replace(weights, paths.weights)
         atomic_write_json(paths.sae_config, cfg_data)
@@ -271,20 +313,38 @@ def _split_rows(cfg: Config, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return train, train_rows, holdout_rows
 
 
-def _resume_point(paths: SaeRunLayout, resume: bool, resume_key: str | None) -> Path | None:
-    """The checkpoint to resume from (None: start afresh, with the old checkpoints removed).
-    With a `resume_key`, resume only from checkpoints written under that key, and claim the
-    checkpoints folder for it."""
-    if resume_key is not None:
-        try:
-            resume = paths.checkpoint_key.read_text().strip() == resume_key
-        except OSError:
-            resume = False
-    latest = _latest_checkpoint(paths.checkpoints) if resume else None
-    if not resume and paths.checkpoints.exists():
+def checkpoint_key(cfg: Config) -> str:
+    """What checkpoints are written under: the train stage's key (the build's recorded digest and
+    the train settings), or, where no manifest records the build (`train_sae` on a matrix built
+    outside `bbox`), the settings and the build's files as they are now."""
+    import hashlib
+
+    from bbox_sae.artifacts import sha256_file
+    from bbox_sae.stages import BY_NAME, read_manifest, stage_key
+
+    stage = BY_NAME["train"]
+    key = stage_key(stage, cfg, read_manifest(cfg.out))
+    if key is not None:
+        return key
+    paths = cfg.paths
+    build = {"build.json": sha256_file(paths.build_info), **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)}}
+    return hashlib.sha256(json.dumps({"settings": stage.settings(cfg), "build": build}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _resume_point(paths: SaeRunLayout, resume: bool, key: str) -> Path | None:
+    """The checkpoint to resume from (None: start afresh, with the old checkpoints removed). Only
+    checkpoints written under `key` are resumed: others were trained on another matrix or with other
+    settings, and continuing them would pass their model off as this one. Claims the folder for `key`."""
+    try:
+        written_under = paths.checkpoint_key.read_text().strip()
+    except OSError:
+        written_under = None
+    if resume and written_under != key and _latest_checkpoint(paths.checkpoints) is not None:
+        log.warning("%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name)
+    latest = _latest_checkpoint(paths.checkpoints) if resume and written_under == key else None
+    if latest is None and paths.checkpoints.exists():
         shutil.rmtree(paths.checkpoints)
-    if resume_key is not None:
-        atomic_write_text(paths.checkpoint_key, resume_key + "\n")
+    atomic_write_text(paths.checkpoint_key, key + "\n")
     return latest
 
 
@@ -384,16 +444,17 @@ def train_sae(
 ) -> dict:
     """Train one SAE into `run_dir`.
 
-    `resume_key` (set by `bbox run`: the train stage's key) resumes automatically, but only from
-    checkpoints written under the same key, i.e. for the same matrix and settings.
+    `resume` continues from the last checkpoint, but only from checkpoints written under the same
+    key (`resume_key`, default `checkpoint_key(cfg)`), i.e. for the same matrix and settings.
     """
     from bbox_sae.models import resolve_device
     from bbox_sae.tracking import wandb_run
 
     sae_cfg, paths = cfg.sae, SaeRunLayout(run_dir)
+    # Before anything is withdrawn: a device this machine lacks must leave the old model as it was.
+    device = str(resolve_device(sae_cfg.device, "sae.device"))
     _withdraw_model(paths)
     torch.manual_seed(sae_cfg.seed)
-    device = str(resolve_device(sae_cfg.device))
     matrix, index, info = open_matrix(cfg)
     train, train_rows, holdout_rows = _split_rows(cfg, index)
     total_rows = sae_cfg.total_rows or int(math.ceil(sae_cfg.epochs * len(train_rows)))
@@ -402,7 +463,7 @@ def train_sae(
     warnings = short_run_warnings(sae_cfg, total_steps, batch)
     for w in warnings:
         log.warning("%s: %s", run_dir.name, w)
-    latest = _resume_point(paths, resume, resume_key)
+    latest = _resume_point(paths, resume, resume_key or checkpoint_key(cfg))
     sae = _starting_sae(sae_cfg, latest, matrix, train_rows, device)
     provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed, weights=sample_weights(cfg, index, train))
     trainer = _make_trainer(cfg, sae, provider, total_steps, batch, device, paths, latest)
@@ -410,7 +471,11 @@ def train_sae(
     run_config = {"sae": sae_cfg.model_dump(mode="json"), "build": info, "d_in": matrix.shape[1], "train_rows": len(train_rows)}
     with wandb_run(cfg, "train", config=run_config, group=wandb_group, name=f"train-{run_dir.name}") as run:
         start = time.perf_counter()
-        trainer.fit()
+        try:
+            trainer.fit()
+        except BaseException:
+            _close_progress_bars()
+            raise
         seconds = time.perf_counter() - start
         trained_rows = (trainer.n_training_steps - steps_before) * batch
         train_sample = np.sort(np.random.default_rng(0).choice(train_rows, size=min(20000, len(train_rows)), replace=False))

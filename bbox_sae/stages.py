@@ -78,10 +78,11 @@ def _build(cfg: Config, key: str) -> dict:
 
 
 def _train(cfg: Config, key: str, resume: bool | None = None) -> dict:
-    """`resume` None (`bbox run`): continue a killed run when its checkpoints carry this key."""
+    """`resume` None (`bbox run`) or True (`bbox train --resume`): continue a killed run, but only
+    from checkpoints written under this key (same matrix, same settings)."""
     from bbox_sae.sae import run_train
 
-    return run_train(cfg, resume=bool(resume), wandb_group=cfg.wandb.group or cfg.out.name, resume_key=key if resume is None else None)
+    return run_train(cfg, resume=resume is not False, wandb_group=cfg.wandb.group or cfg.out.name, resume_key=key)
 
 
 def _features(cfg: Config, key: str, baseline: str | None = None) -> dict:
@@ -130,9 +131,9 @@ def _user_logprobs(cfg: Config) -> dict:
 
 
 def _corpus(cfg: Config) -> dict:
-    from bbox_sae.corpus import corpus_fingerprint
+    from bbox_sae.corpus import corpus_fingerprint, run_dirs
 
-    return {"corpus": corpus_fingerprint(cfg.corpus)}
+    return {"corpus": corpus_fingerprint(cfg.corpus, run_dirs(cfg))}
 
 
 def _embed_settings(cfg: Config) -> dict:
@@ -212,7 +213,10 @@ STAGES: list[Stage] = [
         "report",
         "W&B tables, report.html and report.md",
         _report,
-        inputs=("label",),
+        # Everything it reads: documents' domains, the SAE's metrics, features, findings, contexts,
+        # corpus stats, labels. A stage's key holds only its inputs' digests, so one left out here
+        # could change without the report being redone.
+        inputs=("ingest", "train", "features", "label"),
         settings=lambda c: _sections(c, "report", "wandb"),
         outputs=lambda c: [c.paths.report_html, c.paths.report_md],
     ),
@@ -352,12 +356,20 @@ def require_current_inputs(stage: Stage, cfg: Config) -> None:
             )
 
 
+def writes_nothing(stage: Stage, cfg: Config) -> bool:
+    """A label dry run prints the prompts and writes nothing, so its record is neither withdrawn nor
+    renewed: recorded, the next run (dry_run is not in the key) would skip the labeling it never did."""
+    return stage.name == "label" and cfg.label.dry_run and cfg.label.resolved_labeler() == "llm"
+
+
 def execute(stage: Stage, cfg: Config, complete: bool = True, **options) -> dict | None:
     """Run one stage and record it. `complete` False: the run covers only part of the stage's
     work (some models, one worker's shards), so it withdraws the record and does not renew it."""
     key = stage_key(stage, cfg, read_manifest(cfg.out))
     if key is None:
         require_current_inputs(stage, cfg)  # names the input that is missing
+    if writes_nothing(stage, cfg):
+        return stage.run(cfg, key, **options)
     withdraw(cfg, stage.name)
     start = time.perf_counter()
     result = stage.run(cfg, key, **options)
@@ -374,8 +386,6 @@ def run_command(name: str, cfg: Config, **options) -> dict | None:
     stage = BY_NAME[name]
     require_current_inputs(stage, cfg)
     partial = bool(options.get("models") or options.get("shard") not in (None, "0/1"))
-    # A dry run writes nothing, so it must not be recorded as having labeled.
-    partial = partial or (name == "label" and cfg.label.dry_run)
     if name == "features" and options.get("baseline"):
         return stage.run(cfg, None, **options)  # writes under baselines/, not the stage's outputs
     return execute(stage, cfg, complete=not partial, **options)

@@ -30,6 +30,9 @@ def expand_sweep(path: str | Path, overrides: list[str], output_dir: str | None)
     if output_dir is not None:
         raw["output_dir"] = output_dir
     axes = sweep_axes(raw)
+    empty = [k for k, v in axes.items() if not v]
+    if empty:
+        raise ConfigError(f"{path}: 'sae.{empty[0]}': an empty list gives no runs; give at least one value")
     configs = []
     for values in itertools.product(*axes.values()) if axes else [()]:
         run = {**raw, "sae": {**(raw.get("sae") or {}), **dict(zip(axes, values))}}

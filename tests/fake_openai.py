@@ -27,6 +27,7 @@ class Reply:
     delay_s: float = 0.0  # sleep before answering (past the client's timeout to force one)
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    usage: dict | None = None  # sent as the reply's `usage` instead of the counts above (malformed ones too)
 
 
 Responder = Callable[[dict, int], Reply]
@@ -68,7 +69,7 @@ class FakeOpenAI(LoopbackServer):
             "created": 0,
             "model": body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
-            "usage": {
+            "usage": reply.usage if reply.usage is not None else {
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bbox_sae.stages import STAGE_NAMES
+from bbox_sae.stages import BY_NAME, STAGE_NAMES
 
 TESTS = Path(__file__).parent
 KILLPOINT = TESTS / "killpoint.py"
@@ -33,26 +33,6 @@ LINES = [
     "As if it were nothing, he walked away — 日本語 café.",
 ]
 
-# What each stage writes: compared with the reference (timing files excluded), and removed
-# before the stage is re-run in a copy of the reference.
-OUTPUTS = {
-    "score": ["documents.parquet", "ingest.json", "words", "logprobs"],
-    "embed": ["embeddings"],
-    "build": ["build"],
-    "train": ["sae"],
-    "features": ["features.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json"],
-    "label": ["labels.parquet", "labels"],
-    "report": ["report.html", "report.md"],
-}
-COMPARED = {
-    "score": ["documents.parquet", "ingest.json", "words", "logprobs"],
-    "embed": ["embeddings"],
-    "build": ["build"],
-    "train": ["sae/topk-d32-k4/sae_weights.safetensors", "sae/topk-d32-k4/cfg.json"],
-    "features": ["features.parquet", "contexts.parquet", "top_activations.parquet", "corpus_stats.json"],
-    "label": ["labels.parquet", "labels/labels.json", "labels/negatives.parquet"],
-    "report": ["report.html", "report.md"],
-}
 TIMING_FILES = {"stats-0of1.json", "stats.json", "metrics.json", "config.yaml", "key.txt"}
 
 
@@ -83,6 +63,19 @@ def write_project(root: Path, tiny_lm, tiny_encoder, n_docs: int = 16, **overrid
     return path
 
 
+def stage_outputs(stage: str, out: Path) -> list[str]:
+    """What `bbox <stage>` writes, relative to `out`, as the stage registry declares it for the config
+    saved there (`bbox score` ingests first): compared with the reference (timing files excluded),
+    and removed before the stage is re-run in a copy of the reference. A table of our own would
+    drift from the code (it once left out findings.parquet, so findings were never compared)."""
+    from bbox_sae.config import load_config
+    from bbox_sae.layout import RunLayout
+
+    cfg = load_config(RunLayout(out).config, output_dir=str(out))
+    names = ["ingest", stage] if stage == "score" else [stage]
+    return [str(p.relative_to(cfg.out)) for name in names for p in BY_NAME[name].outputs(cfg)]
+
+
 def run_stage_in_process(stage: str, cfg) -> dict | None:
     """`bbox <stage>` without the subprocess: the same writes in the same order (kill-point counts agree)."""
     from bbox_sae.config import save_resolved
@@ -107,7 +100,7 @@ def build_reference(config_path: Path, stages: list[str]) -> dict[str, int]:
             run_stage_in_process(stage, cfg)
         counts[stage] = counter["n"]
         # What this stage wrote, as it wrote it.
-        for rel, path in _files(cfg.out, COMPARED[stage]).items():
+        for rel, path in _files(cfg.out, stage_outputs(stage, cfg.out)).items():
             dest = snapshot(cfg.out, stage) / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
@@ -132,9 +125,10 @@ def _files(root: Path, rel: list[str]) -> dict[str, Path]:
 
 def assert_same_outputs(work: Path, ref: Path, stage: str, only_existing: bool = False) -> None:
     """The stage's outputs in `work` are byte-identical to the reference (all of them, or those present)."""
+    outputs = stage_outputs(stage, ref)
     if snapshot(ref, stage).exists():
         ref = snapshot(ref, stage)
-    mine, theirs = _files(work, COMPARED[stage]), _files(ref, COMPARED[stage])
+    mine, theirs = _files(work, outputs), _files(ref, outputs)
     if not only_existing:
         assert sorted(mine) == sorted(theirs), f"{stage}: files differ from the reference"
     assert theirs, stage
@@ -192,7 +186,7 @@ def fresh_copy(ref: Path, work: Path, stage: str) -> None:
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(ref, work)
-    for rel in OUTPUTS[stage]:
+    for rel in stage_outputs(stage, ref):
         p = work / rel
         if p.is_dir():
             shutil.rmtree(p)

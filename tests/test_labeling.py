@@ -231,12 +231,13 @@ def test_malformed_reply_is_retried_then_recovers(tmp_path):
 
 def test_malformed_until_retries_exhausted_records_reason(tmp_path):
     write_fixture(tmp_path, [simple_latent(1)])
-    with FakeOpenAI(lambda body, index: Reply(content="no json here")) as server:
-        result = run_label(llm_cfg(tmp_path, server, max_retries=1))
+    # No label arrived at all: the stage fails (one line), keeping the offline label.
+    with FakeOpenAI(lambda body, index: Reply(content="no json here")) as server, pytest.raises(EndpointError, match="every label request failed"):
+        run_label(llm_cfg(tmp_path, server, max_retries=1))
     row = labels(tmp_path)[1]
-    assert row["label_source"] == "unlabeled" and row["label"] is None
+    assert row["label_source"] == "heuristic" and "'alpha'" in row["label"]
     assert "not JSON" in row["label_reason"] and "2 attempt" in row["label_reason"]
-    assert len(server.requests) == 2 and result["failures"] == 1 and result["unlabeled"] == 1
+    assert len(server.requests) == 2 and stats(tmp_path)["failures"] == 1 and stats(tmp_path)["labels_failed"] == 1
 
 
 def test_rate_limit_waits_at_least_retry_after(tmp_path):
@@ -262,11 +263,11 @@ def test_server_errors_exhaust_retries_for_one_feature_and_rerun_pays_only_for_i
     with FakeOpenAI(broken_for_2) as server:
         result = run_label(llm_cfg(tmp_path, server, max_retries=2))
     rows = labels(tmp_path)
-    assert rows[2]["label_source"] == "unlabeled" and rows[2]["label"] is None
+    assert rows[2]["label_source"] == "heuristic" and "'alpha'" in rows[2]["label"]  # the offline label, kept
     assert "HTTP 500" in rows[2]["label_reason"] and "3 attempt" in rows[2]["label_reason"]
     assert [rows[k]["label"] for k in (1, 3)] == ["words tagged ctx1", "words tagged ctx3"]
     assert sum("ctx2" in user_text(b) for b in server.requests) == 3
-    assert result["failures"] == 1 and result["retries"] == 2 and result["unlabeled"] == 1
+    assert result["failures"] == 1 and result["retries"] == 2 and result["labels_failed"] == 1
 
     # The answers that arrived were cached as they came: only latent 2 is asked again.
     with FakeOpenAI(smart) as server:
@@ -289,7 +290,7 @@ def test_timeouts_are_retried_and_reported(tmp_path):
     assert time.monotonic() - start < 4.0  # the client gave up instead of waiting for the slow replies
     rows = labels(tmp_path)
     assert rows[1]["label"] == "words tagged ctx1" and rows[1]["label_score"] == 1.0
-    assert rows[2]["label_source"] == "unlabeled" and "timed out" in rows[2]["label_reason"]
+    assert rows[2]["label_source"] == "heuristic" and "timed out" in rows[2]["label_reason"]
     assert result["retries"] == 2 and result["failures"] == 1
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -21,6 +22,9 @@ from bbox_sae.retry import REQUEST_ERRORS, backoff_delay, classify
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class Stats:
     requests: int = 0
@@ -30,6 +34,10 @@ class Stats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     budget_refused: int = 0  # requests not sent because label.max_tokens_total was spent
+    malformed_usage: int = 0  # replies whose token counts were not counts (ignored; their labels stand)
+    labels_answered: int = 0  # latents whose label request got an answer (from the cache too)
+    labels_failed: int = 0  # latents whose label request failed (not for the budget): their offline label is kept
+    label_errors: dict[str, int] = field(default_factory=dict)  # why those failed -> how many
 
     @property
     def tokens(self) -> int:
@@ -57,6 +65,20 @@ def _reply_text(response: object) -> str:
     if not isinstance(content, str):
         raise MalformedReply("response has no text content")
     return content
+
+
+def _token_counts(usage: object) -> tuple[int, int] | None:
+    """(prompt, completion) tokens of a reply's `usage`, None when they are not counts: a server's
+    bookkeeping is no reason to lose the answer it came with."""
+    counts = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = getattr(usage, name, None)
+        if value is None:
+            value = 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return None
+        counts.append(value)
+    return counts[0], counts[1]
 
 
 def _read_cache(path: Path) -> str | None:
@@ -131,6 +153,15 @@ class Asker:
             response = await self.client.chat.completions.create(model=self.cfg.model, messages=messages, **extra)
         usage = getattr(response, "usage", None)
         if usage is not None:
-            self.stats.prompt_tokens += usage.prompt_tokens or 0
-            self.stats.completion_tokens += usage.completion_tokens or 0
+            counts = _token_counts(usage)
+            if counts is None:
+                if not self.stats.malformed_usage:
+                    log.warning(
+                        "%s: a reply's usage is not token counts (%r); ignored, so token counts and label.max_tokens_total "
+                        "undercount (labels.json: malformed_usage)", self.cfg.base_url, usage,
+                    )
+                self.stats.malformed_usage += 1
+            else:
+                self.stats.prompt_tokens += counts[0]
+                self.stats.completion_tokens += counts[1]
         return _reply_text(response)

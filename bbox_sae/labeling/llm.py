@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bbox_sae.config import LabelConfig
-from bbox_sae.labeling.client import Asker, RequestFailed, Stats, open_client
+from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
 from bbox_sae.labeling.heuristic import heuristic_label
 from bbox_sae.labeling.messages import (
     detection_messages,
@@ -74,8 +74,14 @@ async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int) -> L
     try:
         answer = await asker.ask("label", label_messages(feature, offline.label), parse_label_reply)
     except RequestFailed as err:
-        log.warning("latent %d unlabeled: %s", feature.latent, err)
-        return LabelResult(None, "unlabeled", reason=str(err))
+        if not isinstance(err, BudgetSpent):
+            stats = asker.stats
+            stats.labels_failed += 1
+            stats.label_errors[str(err)] = stats.label_errors.get(str(err), 0) + 1
+        log.info("latent %d: llm:%s gave no label (%s); the offline one is kept", feature.latent, asker.cfg.model, err)
+        # The offline label keeps its own source (`rule` / `heuristic`), so tables show which labeler said it.
+        return replace(offline, reason=f"llm:{asker.cfg.model} gave no label, the offline one is kept: {err}")
+    asker.stats.labels_answered += 1
     llm = await _scored(asker, feature, answer.description, answer.coherent, seed)
     return llm if llm.reason else _better(llm, offline)
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import asdict
+from pathlib import Path
 
 import pyarrow as pa
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns
 from bbox_sae.config import Config
-from bbox_sae.errors import ConfigError
+from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.features import features_layout
 from bbox_sae.labeling.broader import broader_rules
 from bbox_sae.labeling.client import Stats
@@ -19,6 +21,8 @@ from bbox_sae.labeling.messages import PROMPT_VERSION
 from bbox_sae.labeling.negatives import draw_negatives, finding_members, latent_forms
 from bbox_sae.labeling.records import CONTEXT_COLUMNS, FEATURE_COLUMNS, feature_examples, latent_rules, select_latents
 from bbox_sae.labeling.table import labels_table
+
+log = logging.getLogger(__name__)
 
 
 def run_label(cfg: Config, baseline: str | None = None) -> dict:
@@ -67,4 +71,22 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
         "cost": round(cost, 6),
     }
     atomic_write_json(paths.label_stats, summary)
+    if stats.labels_failed:
+        _report_failed_labels(lc.base_url, stats, len(examples), paths.labels)
     return summary
+
+
+def _report_failed_labels(base_url: str | None, stats: Stats, n_features: int, labels_path: Path) -> None:
+    """Some LLM labels failed: say so once; when none arrived at all, fail (one line), so the stage is
+    not recorded as done and the next run asks again (answers that did arrive are cached)."""
+    common = sorted(stats.label_errors.items(), key=lambda kv: -kv[1])
+    why = common[0][0] + (f" (and {len(common) - 1} other reason(s), labels.json: label_errors)" if len(common) > 1 else "")
+    if not stats.labels_answered:
+        raise EndpointError(
+            f"label.base_url {base_url}: every label request failed ({stats.labels_failed} of {n_features} features): {why}; "
+            f"the offline labels are kept in {labels_path}; check label.base_url and label.model, then re-run to retry"
+        )
+    log.warning(
+        "label: %d of %d LLM label request(s) failed: %s; those features keep their offline label; `bbox label` asks again",
+        stats.labels_failed, n_features, why,
+    )

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from bbox_sae.align import align_logprobs
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig
-from bbox_sae.corpus import IngestStats, corpus_fingerprint, documents_table, load_documents, shard_key, shard_ranges, words_table
+from bbox_sae.corpus import IngestStats, corpus_fingerprint, documents_table, load_documents, run_dirs, shard_key, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
 from bbox_sae.schemas import LOGPROB_SCHEMA
 from bbox_sae.scoring.base import Scorer, ScoringStats
@@ -38,7 +38,7 @@ def ingest(cfg: Config) -> pa.Table:
     """Read the corpus into `documents` and `words` (skipped when up to date)."""
     paths = cfg.paths
     marker = paths.ingest_marker
-    fingerprint = cfg.section_hash("corpus", "seed") + corpus_fingerprint(cfg.corpus)
+    fingerprint = cfg.section_hash("corpus", "seed") + corpus_fingerprint(cfg.corpus, run_dirs(cfg))
     if marker.exists() and paths.documents.exists():
         try:
             meta = json.loads(marker.read_text())
@@ -61,7 +61,7 @@ def ingest(cfg: Config) -> pa.Table:
     marker.unlink(missing_ok=True)
     paths.documents.unlink(missing_ok=True)
     stats = IngestStats()
-    docs = load_documents(cfg.corpus, seed=cfg.seed, stats=stats)
+    docs = load_documents(cfg.corpus, seed=cfg.seed, stats=stats, exclude=run_dirs(cfg))
     documents = documents_table(docs, cfg.corpus.holdout_fraction, cfg.seed, cfg.corpus.shard_docs)
     words = ShardedTable(paths.words)
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
@@ -120,7 +120,7 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
     from bbox_sae.models import TORCH_DTYPES, causal_lm_location, load_causal_lm, resolve_device, resolve_head, resolve_scoring_dtype
     from bbox_sae.scoring.hf import HFScorer
 
-    device = resolve_device(model_cfg.device)
+    device = resolve_device(model_cfg.device, f"model '{model_cfg.name}': device")
     location = causal_lm_location(model_cfg.source, model_cfg.path, model_cfg.package, model_cfg.file, cfg.cache)
     dtype = resolve_scoring_dtype(model_cfg.dtype, device)
     head = resolve_head(model_cfg.head, device, dtype)
@@ -308,13 +308,32 @@ def _cast_user_columns(src: Path, theirs: pa.Table) -> pa.Table:
     return pa.table(columns, schema=LOGPROB_SCHEMA)
 
 
+def _user_files(src: Path) -> list[Path]:
+    """A `source: parquet` model's file, or the Parquet files below its folder in path order (dot- and
+    `_`-files, such as Spark's `_SUCCESS` or a temp file, left out)."""
+    if not src.is_dir():
+        return [src]
+    files = sorted(p for p in src.rglob("*.parquet") if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(src).parts))
+    if not files:
+        raise ArtifactError(f"{src}: folder holds no .parquet files (models[].path of a `source: parquet` model: a Parquet file or a folder of them)")
+    return files
+
+
+def _read_user_logprobs(src: Path) -> pa.Table:
+    """Each file read and checked alone, so an error names the file at fault."""
+    tables = []
+    for f in _user_files(src):
+        theirs = read_table(f)
+        require_columns(theirs, LOGPROB_SCHEMA.names, str(f))
+        tables.append(_cast_user_columns(f, theirs.select(LOGPROB_SCHEMA.names)))
+    return pa.concat_tables(tables)
+
+
 def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, table: ShardedTable, ranges, keys) -> None:
     """Users' own per-word log-probs: validated against `words` and re-sharded like ours."""
     src = user_logprobs_path(model_cfg)
-    theirs = read_table(src)
-    require_columns(theirs, ["doc_id", "word_idx", "logprob"], str(src))
+    theirs = _read_user_logprobs(src)
     words = read_table(cfg.paths.words, columns=["doc_id", "word_idx"])
-    theirs = _cast_user_columns(src, theirs.select(["doc_id", "word_idx", "logprob"]))
     theirs = _null_nonfinite(model_cfg.name, src, theirs)
     joined = words.join(theirs, keys=["doc_id", "word_idx"], join_type="left outer")
     n_missing = joined["logprob"].null_count
