@@ -7,6 +7,7 @@ first load converts into `<cache_dir>/models/<name>-<hash>/` and later loads rea
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -60,10 +61,25 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 SCORING_DTYPE_AUTO = {"cuda": "bfloat16", "cpu": "mixed"}
 
 
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). Without it
+    (seen: an AMD EPYC without either) a bf16 matmul is emulated and runs about 30x slower than
+    fp32, so `mixed` would make scoring slower instead of twice as fast."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def resolve_scoring_dtype(dtype: str, device: torch.device) -> str:
     """A scored LM's body precision: a dtype name or `mixed` (bf16 matmuls, fp32 residual stream;
-    the CPU default because it stays within the accuracy bound, benchmarks/bench_precision.py)."""
+    the CPU default where the CPU has native bf16, because it stays within the accuracy bound,
+    benchmarks/bench_precision.py)."""
     if dtype == "auto":
+        if device.type == "cpu" and not cpu_has_native_bf16():
+            return "float32"
         return SCORING_DTYPE_AUTO.get(device.type, "float32")
     return dtype
 

@@ -174,6 +174,7 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     from bbox_sae.scoring.stage import model_key
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
     assert resolve_scoring_dtype("auto", cuda) == "bfloat16" and resolve_head("auto", cuda, "bfloat16") == "model"
     assert resolve_scoring_dtype("auto", cpu) == "mixed" and resolve_head("auto", cpu, "mixed") == "refined"
     assert resolve_head("auto", cpu, "bfloat16") == "refined" and resolve_head("auto", cpu, "float32") == "model"
@@ -187,6 +188,12 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     auto, explicit = model_key(base), model_key(base.model_copy(update={"dtype": "float32"}))
     monkeypatch.setitem(models.SCORING_DTYPE_AUTO, "cpu", "float32")
     assert model_key(base) != auto and model_key(base.model_copy(update={"dtype": "float32"})) == explicit
+    # A CPU that emulates bf16 (about 30x slower than fp32 there) scores `auto` in float32, under a key of its own.
+    with_bf16 = model_key(base)
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
+    assert resolve_scoring_dtype("auto", cpu) == "float32" and resolve_head("auto", cpu, "float32") == "model"
+    assert resolve_scoring_dtype("auto", cuda) == "bfloat16" and model_key(base) != with_bf16
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
     # A new rounding scheme for `mixed` or the refined head re-scores those, and only those.
     mixed, refined = base.model_copy(update={"dtype": "mixed"}), base.model_copy(update={"dtype": "bfloat16", "head": "refined"})
     configs = (base, mixed, refined, base.model_copy(update={"dtype": "float32"}))

@@ -153,9 +153,12 @@ def model_key(model_cfg: ModelConfig) -> str:
         fields.add("tokenizer")
     relevant = model_cfg.model_dump(mode="json", include=fields)
     if model_cfg.dtype == "auto" and model_cfg.source in ("hf", "gguf"):
-        from bbox_sae.models import SCORING_DTYPE_AUTO
+        from bbox_sae.models import SCORING_DTYPE_AUTO, cpu_has_native_bf16
 
         relevant["dtype_auto"] = SCORING_DTYPE_AUTO
+        if not cpu_has_native_bf16():
+            # auto means float32 on such a CPU: its scores are not those of `mixed`.
+            relevant["cpu_native_bf16"] = False
     if model_cfg.source in ("hf", "gguf") and (model_cfg.dtype in ("auto", "mixed") or model_cfg.head == "refined"):
         from bbox_sae.scoring.precision import PRECISION_VERSION
 
