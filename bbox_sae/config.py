@@ -123,7 +123,8 @@ class ModelConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16", "mixed"] = Field(
         default="auto",
         description="decoder precision; mixed: bf16 matmuls in the linear layers of all but the first and last decoder "
-        "layer, fp32 residual stream, norms and attention; auto: mixed on CPU, bfloat16 on GPU",
+        "layer, fp32 residual stream, norms and attention; auto: mixed on a CPU with native bf16 (AVX512-BF16 or AMX), "
+        "float32 on other CPUs, bfloat16 on GPU",
     )
     head: Literal["auto", "model", "float32", "refined"] = Field(
         default="auto",
@@ -268,8 +269,9 @@ class FeaturesConfig(Section):
         description="`test: rule`: a latent that proposed a kept rule is a kept feature only when its findings' rules cover this share of its train top words",
     )
     finding_overlap: float = Field(default=0.5, gt=0, le=1, description="kept rules (or latents) sharing this share of their words form one finding")
-    finding_similarity: float = Field(
-        default=0.5, ge=-1, le=1, description="kept rules of one winner whose words' mean context embeddings have this cosine form one finding"
+    latent_sets: bool = Field(
+        default=True,
+        description="`test: rule`: also test each difference-carrying latent's own word set, chosen by context alone (a group no single rule states)",
     )
 
 
@@ -286,6 +288,9 @@ class LabelConfig(Section):
     temperature: float | None = Field(default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)")
     examples: int = Field(default=20, ge=1, description="train contexts shown to the labeler")
     validation_examples: int = Field(default=10, ge=1, description="holdout positives (and as many negatives)")
+    finding_validation_examples: int = Field(
+        default=40, ge=2, description="a finding's statement: held-out words of the finding judged (and as many outside it, half of its own forms)"
+    )
     contrast_examples: int = Field(
         default=10, ge=0, description="LLM labeler: train contexts of the same word forms where the latent is inactive, shown as counter-examples"
     )

@@ -39,7 +39,6 @@ from bbox_sae.config import Config, save_resolved
 from bbox_sae.errors import ConfigError
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout
-from bbox_sae.rules import any_mask, rules_from_json
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +135,10 @@ def _firing(cfg: Config, latents: list[int], source: str) -> tuple[np.ndarray, n
 
 def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], masks_by_row: dict[str, np.ndarray], source: str) -> dict:
     """Recovery per rule and FDR for the findings in `features_dir` (rows aligned to `cfg.out`'s build index)."""
+    from bbox_sae.labeling.finding_statements import labeled_findings
+
     tables = RunLayout(features_dir)
-    findings = read_table(tables.findings).to_pylist()
+    findings = labeled_findings(tables)
     features = labeled_features(tables)
     n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
     detection = {latent: score for latent, score in zip(features["latent"].to_pylist(), features["label_score"].to_pylist()) if score is not None}
@@ -152,14 +153,13 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     latents = sorted({m for ms in members for m in ms})
     fires, holdout = _firing(cfg, latents, source) if latents else (np.zeros((len(any_rule), 0), bool), np.zeros(len(any_rule), bool))
     column = {latent: j for j, latent in enumerate(latents)}
-    # A rule-tested finding is its rule: its words are the holdout words the rule matches.
+    # A rule-tested finding's words are every held-out word it was tested on (finding_words.parquet).
     by_rule = cfg.features.test == "rule"
-    attrs = _row_attributes(cfg) if by_rule and findings else None
-    holdout_rows = np.flatnonzero(holdout)
+    tested_words = read_table(tables.finding_words).filter(pc.field("split") == "holdout") if by_rule else None
     words_of = []
     for f, ms in zip(findings, members):
         if by_rule:
-            words_of.append(holdout_rows[any_mask(rules_from_json(f["rule_json"]), attrs, holdout_rows)])
+            words_of.append(tested_words.filter(pc.field("finding") == f["finding"])["row"].to_numpy())
         else:
             words_of.append(np.unique(np.concatenate([top_rows_of[m] for m in ms])))
     shares = []
@@ -183,8 +183,11 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
                 else:
                     recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
                 scores = [detection[m] for m in ms if m in detection]
-                best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE, label=f["rule"],
-                            detection=float(np.median(scores)) if scores else None)
+                best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE,
+                            label=f["statement"], kind=f.get("kind"), statement_source=f.get("statement_source"),
+                            # The finding's own statement, judged on its held-out words; `test: top` has
+                            # no statement of its own: the median of its latents' label detections.
+                            detection=f["detection"] if by_rule else float(np.median(scores)) if scores else None)
         per_rule[r.name] = best
     spurious = [f["finding"] for f, share in zip(findings, shares) if share["_planted"] < SPURIOUS_SHARE]
     recovered = [v for v in per_rule.values() if v["recovered"]]
@@ -197,7 +200,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
         "max_splits": max((v["splits"] for v in per_rule.values()), default=0),
         "fdr": len(spurious) / len(findings) if findings else 0.0,
         "spurious": len(spurious),
-        "spurious_findings": [{"finding": f["finding"], "rule": f["rule"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
+        "spurious_findings": [{"finding": f["finding"], "statement": f["statement"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
                               for f in findings if f["finding"] in spurious],
         "per_rule": per_rule,
     }
@@ -329,7 +332,7 @@ def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, s
     _extract(sub)
     findings = read_table(sub.paths.findings).to_pylist()
     return {"seed": seed, "kept_findings": len(findings),
-            "findings": [{"rule": f["rule"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings]}
+            "findings": [{"statement": f["statement"], "kind": f["kind"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings]}
 
 
 def planted_rules_path(cfg: Config, override: str | None) -> Path:
@@ -426,7 +429,7 @@ def _finding_rows(run_dir: Path) -> list[tuple[str, str | None, set[tuple[str, i
         words = set()
         for m in (int(x) for x in f["latents"].split(",")):
             words |= {k for _, k in sorted(by_latent.get(m, []))[: n_top.get(m, 0)]}
-        out.append((f["better_model"], f["rule"], words))
+        out.append((f["better_model"], f["statement"], words))
     return out
 
 
@@ -464,10 +467,10 @@ def print_planted(results: dict) -> None:
     full = results["variants"]["full"]
     _print_table(
         f"Planted-difference recovery ({results['words']} words)",
-        ["rule", "kind", "planted Δ (B − A)", "frequency", "train occurrences", "recovered", "precision", "recall", "detection", "splits", "finding", "rule found"],
+        ["rule", "kind", "planted Δ (B − A)", "frequency", "train occurrences", "recovered", "precision", "recall", "detection", "splits", "finding", "statement (kind)"],
         [[n, results["rules"][n]["kind"], results["rules"][n]["delta"], f"{100 * results['rules'][n]['frequency']:.2f}%", v["train_occurrences"],
           "yes" if v["recovered"] else "no", f"{v['precision']:.2f}", f"{v['recall']:.2f}", _fmt(v.get("detection")), v["splits"], _fmt(v["finding"]),
-          v.get("label") or "-"]
+          f"{v['label']} ({v.get('kind')})" if v.get("label") else "-"]
          for n, v in full["per_rule"].items()],
     )
     _print_table(
@@ -478,7 +481,7 @@ def print_planted(results: dict) -> None:
     )
     if results.get("null"):
         _print_table("Null pair (B = A + noise, nothing planted)", ["seed", "kept findings", "what"],
-                     [[r["seed"], r["kept_findings"], "; ".join((f["rule"] or f["top_words"] or "")[:40] for f in r["findings"][:3])] for r in results["null"]])
+                     [[r["seed"], r["kept_findings"], "; ".join((f["statement"] or f["top_words"] or "")[:40] for f in r["findings"][:3])] for r in results["null"]])
 
 
 def load_results(path: Path) -> dict:

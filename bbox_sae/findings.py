@@ -1,10 +1,11 @@
-"""From kept latents to findings: one difference, however many latents express it.
+"""From latents to findings: one difference, however many latents express it.
 
-An SAE often splits one difference over several latents (one per name in "a name after a
-dash"). Kept latents of the same compared pair and the same winner join one *finding* when they
-share their best context rule (`bbox_sae.rules`) or fire on each other's top words (at least
-`overlap` of one latent's holdout top words). A finding's statistics are computed on the union
-of its members' top words, and its rule is re-fitted on that union.
+Latents propose context rules (`propose_rules`, from their train top words); with `features.test:
+rule` those rules and the latents' own groups of words (`features/latent_sets.py`) are tested on
+held-out text, and kept ones whose held-out words nest form one finding (`nested_groups`, said
+by `group_head` among nested rules; a group a rule `states` is said by that rule). With `test:
+top`, kept latents of the same pair and winner join one finding when they share their best
+context rule (`bbox_sae.rules`) or fire on each other's top words (`group_latents`).
 """
 
 from __future__ import annotations
@@ -75,17 +76,6 @@ def top_forms(words: np.ndarray, n: int = 5) -> str:
 
 
 # ---------------------------------------------------------------- rules as tested hypotheses
-
-@dataclass
-class RuleCandidate:
-    """A rule proposed by a latent (mined from its train top words) and the latents proposing it."""
-
-    rule: Rule
-    pair: tuple[str, str]
-    sign: int  # +1: model_a better on the covered train top words, -1: model_b
-    latents: list[int]
-    train_fit: RuleFit
-
 
 def _effect(lp_a: np.ndarray, lp_b: np.ndarray, rows: np.ndarray, sign: int) -> tuple[float, float]:
     """Median Δlog p and median Δp on `rows`, oriented so that positive means `sign`'s model wins."""
@@ -213,12 +203,12 @@ def propose_rules(
     return out
 
 
-def expresses(rules: list[Rule], attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -> bool:
-    """Whether a latent is a feature of a finding: its rules cover at least `min_share` of the latent's
-    top words. A latent can propose a confirmed rule from a minority of its top words (the ones that
-    carry its difference) while the rest are unrelated: the finding stands, but such a mixture is
-    not a feature a person can name."""
-    return len(top_rows) > 0 and float(any_mask(rules, attrs, top_rows).mean()) >= min_share
+def expresses(finding_train_words: np.ndarray, top_rows: np.ndarray, min_share: float) -> bool:
+    """Whether a latent is a feature of a finding: the finding's train words hold at least
+    `min_share` of the latent's train top words. A latent can propose a confirmed finding from a
+    minority of its top words (the ones that carry its difference) while the rest are unrelated:
+    the finding stands, but such a mixture is not a feature a person can name."""
+    return len(top_rows) > 0 and float(np.isin(top_rows, finding_train_words).mean()) >= min_share
 
 
 def rule_words(rule: Rule, attrs: WordAttributes, scope: np.ndarray) -> np.ndarray:
@@ -226,8 +216,11 @@ def rule_words(rule: Rule, attrs: WordAttributes, scope: np.ndarray) -> np.ndarr
 
 
 def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: float) -> list[list[int]]:
-    """Groups of kept rules where one rule's words lie (>= `containment`) inside another's of the same
-    pair and sign ("'4'" inside "a number"): one difference, said at two levels of detail."""
+    """Groups of units (kept rules, kept latent sets) of the same pair and sign where one's words lie
+    (>= `containment`) inside another's: one difference said at two levels of detail ("'4'" inside
+    "a number"; 'heart' and 'eyes' inside a latent's group of 50 body words). Never on how similar
+    the words' embeddings are, nor on a latent that fires on both: a latent that fires wherever one
+    model wins, whatever the context, would join unrelated differences."""
     uf = _UnionFind(len(word_sets))
     sets = [set(w.tolist()) for w in word_sets]
     for i in range(len(sets)):
@@ -254,42 +247,27 @@ def group_head(group: list[int], words_train: list[np.ndarray], lp_a: np.ndarray
     by_size = sorted(group, key=lambda i: -len(words_train[i]))
     for i in by_size:
         others = [words_train[j] for j in group if j != i]
-        if not others:
-            return i
-        core = np.unique(np.concatenate(others))
-        added = np.setdiff1d(words_train[i], core, assume_unique=True)
-        core_dlogp, core_dp = _effect(lp_a, lp_b, core, sign)
-        dlogp, dp = _effect(lp_a, lp_b, added, sign)
-        if len(added) == 0 or dlogp >= keep * core_dlogp or dp >= keep * core_dp:
+        if not others or adds_the_difference(words_train[i], np.unique(np.concatenate(others)), lp_a, lp_b, sign, keep):
             return i
     return by_size[-1]
 
 
-def same_left_word(a: Rule, b: Rule) -> bool:
-    """Two rules for listed words right after one listed word ('mother' and 'brother' after 'my')."""
-    return a.word_kind == b.word_kind == "form" and a.left_kind == b.left_kind == "form" and a.left_value == b.left_value
+def adds_the_difference(words: np.ndarray, core: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, sign: int, keep: float = 0.8) -> bool:
+    """Whether the train `words` beyond `core` show the difference at `keep` of core's or more, in
+    log-prob or in probability (either, as in the effect rule: a Δp ratio alone moves with the
+    words' base probabilities); true when there are none."""
+    added = np.setdiff1d(words, core)
+    if len(added) == 0:
+        return True
+    core_dlogp, core_dp = _effect(lp_a, lp_b, core, sign)
+    dlogp, dp = _effect(lp_a, lp_b, added, sign)
+    return dlogp >= keep * core_dlogp or dp >= keep * core_dp
 
 
-def group_similar(embeddings: list[np.ndarray], keys: list[tuple], threshold: float, rules: list[Rule] | None = None) -> list[list[int]]:
-    """Groups of positions with the same key whose words' mean (unit) context embeddings have cosine
-    >= `threshold` ('thy', 'thou' and 'thee' as one finding; unrelated words of one winner apart),
-    or whose `rules` name words after the same word (`same_left_word`): the embedding of a word
-    in context is mostly the word's own, so 'my mother' and 'my brother' sit apart in it."""
-    def centroid(e: np.ndarray) -> np.ndarray:
-        unit = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
-        c = unit.mean(0)
-        return c / max(float(np.linalg.norm(c)), 1e-12)
-
-    cents = [centroid(e) if len(e) else None for e in embeddings]
-    uf = _UnionFind(len(keys))
-    for i in range(len(keys)):
-        for j in range(i + 1, len(keys)):
-            if keys[i] != keys[j]:
-                continue
-            similar = cents[i] is not None and cents[j] is not None and float(cents[i] @ cents[j]) >= threshold
-            if similar or (rules is not None and same_left_word(rules[i], rules[j])):
-                uf.union(i, j)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(keys)):
-        groups.setdefault(uf.find(i), []).append(i)
-    return sorted(groups.values(), key=lambda g: g[0])
+def states(rule_words: np.ndarray, set_words: np.ndarray, share: float = 0.8) -> bool:
+    """Whether a rule says a word set: at least `share` of the set is the rule's, and of the rule's
+    words the set's (held-out rows of both)."""
+    if len(rule_words) == 0 or len(set_words) == 0:
+        return False
+    common = len(np.intersect1d(rule_words, set_words, assume_unique=True))
+    return common >= share * len(set_words) and common >= share * len(rule_words)

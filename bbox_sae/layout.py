@@ -154,6 +154,10 @@ class RunLayout:
         return self.root / "rules.parquet"
 
     @property
+    def finding_words(self) -> Path:
+        return self.root / "finding_words.parquet"
+
+    @property
     def contexts(self) -> Path:
         return self.root / "contexts.parquet"
 
@@ -173,6 +177,10 @@ class RunLayout:
     @property
     def labels(self) -> Path:
         return self.root / "labels.parquet"
+
+    @property
+    def finding_labels(self) -> Path:
+        return self.root / "finding_labels.parquet"
 
     @property
     def labels_dir(self) -> Path:

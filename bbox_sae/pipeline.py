@@ -130,9 +130,11 @@ _SUMMARY_ROWS = 8  # findings printed per winning model; the report lists all
 
 
 def _final_summary(cfg: Config, console) -> None:
-    from bbox_sae.artifacts import read_table
+    from rich.markup import escape
 
-    findings = read_table(cfg.paths.findings).to_pylist()
+    from bbox_sae.labeling.finding_statements import labeled_findings
+
+    findings = labeled_findings(cfg.paths)
     n_latents = len({m for f in findings for m in f["latents"].split(",")})
     console.print(f"\n{len(findings)} finding(s), proposed by {n_latents} latent(s).")
     by_model: dict[str, list[dict]] = {}
@@ -141,8 +143,14 @@ def _final_summary(cfg: Config, console) -> None:
     for model, rows in sorted(by_model.items()):
         console.print(f"\nWhere [bold]{model}[/bold] is better (held-out Δlog p, 95% CI):")
         for f in rows[:_SUMMARY_ROWS]:
-            label = f["rule"] or f["top_words"]
-            console.print(f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  {label}  ({f['top_words'][:40]})")
+            label = f["statement"] or f["top_words"]
+            if f.get("kind") == "latent":
+                label = f"latent group: {label}"
+            # Corpus words such as '[' must print as they are, not as console markup.
+            console.print(
+                f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  "
+                f"{escape(label)}  ({escape(f['top_words'][:40])})"
+            )
         if len(rows) > _SUMMARY_ROWS:
             console.print(f"  ... and {len(rows) - _SUMMARY_ROWS} more (report.md, report.html)")
     console.print(f"\nReport: {cfg.paths.report_html.resolve()}")

@@ -118,11 +118,11 @@ FEATURE_SCHEMA = pa.schema(
     ]
 )
 
-# rules.parquet: one row per tested rule
+# rules.parquet: one row per tested candidate finding, a rule or a latent's word set (`kind`)
 TESTED_RULE_SCHEMA = pa.schema(
     [
-        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("rule", pa.string()),
-        ("rule_json", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
+        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("kind", pa.string()), ("rule", pa.string()),
+        ("rule_json", pa.string()), ("statement", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
         ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
         ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
     ]
@@ -138,5 +138,11 @@ FINDING_SCHEMA = pa.schema(
         ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
         ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
         ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
+        ("kind", pa.string()), ("statement", pa.string()), ("word_set_json", pa.string()),
     ]
+)
+
+# finding_words.parquet: one row per (finding, word it covers)
+FINDING_WORDS_SCHEMA = pa.schema(
+    [("finding", pa.int32()), ("split", pa.string()), ("row", pa.int64()), ("doc_id", pa.string()), ("word_idx", pa.int32())]
 )

@@ -193,7 +193,7 @@ STAGES: list[Stage] = [
         _features,
         inputs=("ingest", "build", "train"),
         settings=lambda c: {**_sections(c, "features", "compare"), "findings": _findings_version()},
-        outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
+        outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.finding_words, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
     ),
     Stage(
         "label",
@@ -207,7 +207,7 @@ STAGES: list[Stage] = [
             "seed": c.seed,
             "offline_labeler": _offline_labeler_version(),
         },
-        outputs=lambda c: [c.paths.labels, c.paths.label_negatives, c.paths.label_stats],
+        outputs=lambda c: [c.paths.labels, c.paths.finding_labels, c.paths.label_negatives, c.paths.label_stats],
     ),
     Stage(
         "report",

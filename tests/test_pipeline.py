@@ -77,7 +77,7 @@ def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(config_p
     word_keys = set(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()))
     assert set(zip(contexts["doc_id"].to_pylist(), contexts["word_idx"].to_pylist())) <= word_keys
     kept = features.filter(pc.field("kept"))
-    assert set(kept["label_source"].to_pylist()) <= {"heuristic", "rule"}  # offline labelers
+    assert set(kept["label_source"].to_pylist()) <= {"heuristic", "rule", "word set"}  # offline labelers
     assert (out / "report.html").stat().st_size > 1000 and (out / "report.md").exists()
     manifest = json.loads((out / "manifest.json").read_text())
     assert sorted(manifest["stages"]) == sorted(STAGE_NAMES)
@@ -101,16 +101,17 @@ def test_cli_exit_codes(config_path):
 def test_final_summary_says_how_many_findings_it_does_not_list(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    import pyarrow as pa
     from rich.console import Console
 
-    from bbox_sae import artifacts, pipeline
+    from bbox_sae import pipeline
+    from bbox_sae.labeling import finding_statements
 
-    rows = [{"finding": i, "better_model": "a" if i < 10 else "b", "latents": str(i), "rule": f"'w{i}'", "top_words": f"w{i} (3)",
-             "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5} for i in range(12)]
-    monkeypatch.setattr(artifacts, "read_table", lambda path: pa.Table.from_pylist(rows))
+    rows = [{"finding": i, "better_model": "a" if i < 10 else "b", "latents": str(i), "statement": f"'w{i}'", "top_words": f"w{i} (3)",
+             "kind": "rule" if i else "latent", "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5} for i in range(12)]
+    monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: rows)
     console = Console(record=True, width=200)
     pipeline._final_summary(SimpleNamespace(paths=SimpleNamespace(findings=tmp_path / "f", report_html=tmp_path / "r.html")), console)
     text = console.export_text()
     assert "12 finding(s)" in text and "... and 2 more" in text  # model a: 10 findings, 8 listed
     assert "'w7'" in text and "'w8'" not in text and "'w11'" in text
+    assert "latent group: 'w0'" in text and "latent group: 'w1'" not in text

@@ -115,17 +115,22 @@ CONTEXT_SCHEMA = pa.schema(
 )  # fmt: skip
 
 
-def _finding(finding: int, better: str, rule: str, delta: float, latents: str) -> dict:
+def _finding(finding: int, better: str, rule: str | None, delta: float, latents: str, statement: str | None = None) -> dict:
     return {
         "finding": finding, "model_a": "alpha", "model_b": "beta", "better_model": better, "latents": latents,
         "n_latents": latents.count(",") + 1, "n_top": 40, "holdout_n": 12, "median_dlogp": delta, "mean_dlogp": delta,
         "median_dp": 0.2, "ci_low": delta - 0.3, "ci_high": delta + 0.3, "consistency": 0.9, "holdout_median_dlogp": delta,
         "holdout_ci_low": delta - 0.5, "holdout_ci_high": delta + 0.5, "holdout_p_value": 1e-4, "rule": rule,
-        "rule_json": None, "rule_precision": 0.8, "rule_recall": 0.9, "rule_f1": 0.85, "top_words": "were (30)",
+        "rule_json": None, "rule_precision": 0.8 if rule else None, "rule_recall": 0.9 if rule else None, "rule_f1": 0.85 if rule else None,
+        "top_words": "were (30)", "kind": "rule" if rule else "latent", "statement": rule or statement,
+        "word_set_json": None if rule else json.dumps({"forms": ["were"], "counts": [30], "suffix": None, "left": None}),
     }
 
 
-FINDINGS = [_finding(0, "alpha", "'were' right after a pronoun", 2.0, "0,7"), _finding(1, "beta", "<script>alert(2)</script>", -1.5, "3")]
+FINDINGS = [
+    _finding(0, "alpha", "'were' right after a pronoun", 2.0, "0,7"),
+    _finding(1, "beta", None, -1.5, "3", statement="a group of 2 word forms, most often <script>alert(2)</script>"),
+]
 
 
 def corpus_stats() -> dict:
@@ -376,7 +381,8 @@ def test_findings_come_first_in_every_summary(report, offline_runs):
     out, _, page = report
     md = (out / "report.md").read_text(encoding="utf-8")
     section = md.split("## Findings", 1)[1].split("## alpha vs beta", 1)[0]
-    assert "2 finding(s)" in section and "'were' right after a pronoun (0.85)" in section and "+2.00 [+1.50, +2.50]" in section
+    assert "2 finding(s)" in section and "| 'were' right after a pronoun | rule (rule) |" in section and "+2.00 [+1.50, +2.50]" in section
+    assert "| latent (word set) |" in section  # a latent group is marked as such, not passed off as a rule
     assert section.index("| 0 |") < section.index("| 1 |") and "&lt;script&gt;alert(2)" in section
     table = page.split('id="findings-table"', 1)[1].split("</table>", 1)[0]
     assert table.count("<tr>") == 3 and "alert(2)</script>" not in table and "&lt;script&gt;alert(2)" in table

@@ -233,22 +233,33 @@ def test_a_nested_group_is_said_by_the_broadest_rule_that_adds_only_differing_wo
     assert group_head([0, 1], [questions, after_comma], lp_a, lp_b, 1) == 0
 
 
-def test_words_after_the_same_word_are_one_finding_said_once():
-    """'mother' and 'brother' right after 'my', same winner: one finding (their context embeddings
-    are far apart: MiniLM's vector of a word in context is mostly the word); 'lord' after 'the' and
-    'enter' after punctuation are not joined by the shared-word criterion."""
-    from bbox_sae.findings import group_similar
+def test_a_latent_group_is_one_finding_with_the_rules_inside_it_and_nothing_else():
+    """A latent's group of body words holds the fragment rules 'heart' and 'eyes': one finding. '?'
+    (same winner) lies outside it and stays a finding of its own, and a rule of the other winner
+    never joins, however the words overlap."""
+    from bbox_sae.findings import nested_groups
+
+    body, heart, eyes, question = np.arange(0, 100), np.arange(0, 20), np.arange(20, 40), np.arange(200, 240)
+    key, other = (("A", "B"), 1), (("A", "B"), -1)
+    assert nested_groups([body, heart, eyes, question], [key] * 4, 0.5) == [[0, 1, 2], [3]]
+    assert nested_groups([body, heart, eyes, question], [key, other, key, key], 0.5) == [[0, 2], [1], [3]]
+    assert nested_groups([heart, eyes], [key, key], 0.5) == [[0], [1]]  # disjoint fragments alone stay apart
+
+
+def test_a_rule_states_a_word_set_only_when_both_mostly_coincide():
+    from bbox_sae.findings import states
+
+    words = np.arange(100)
+    assert states(np.arange(5, 100), words) and states(np.arange(0, 110), words)
+    assert not states(np.arange(0, 60), words)  # says only part of the set
+    assert not states(np.arange(0, 200), words)  # says much more than the set
+    assert not states(np.zeros(0, np.int64), words)
+
+
+def test_rules_after_one_word_are_said_once():
     from bbox_sae.rules import describe_rules
 
     mother, brother = Rule("form", "f:mother", "form", "f:my"), Rule("form", "f:brother", "form", "f:my")
-    the_lord, enter = Rule("form", "f:lord", "form", "f:the"), Rule("form", "f:enter", "class", "c:punctuation")
-    speak = Rule("form", "f:speak", "class", "c:punctuation")
-    apart = [np.eye(8)[[i]] for i in range(5)]
-    key = (("A", "B"), 1)
-    rules = [mother, brother, the_lord, enter, speak]
-    assert group_similar(apart, [key] * 5, 0.5, rules) == [[0, 1], [2], [3], [4]]
-    assert group_similar(apart, [key, (("A", "B"), -1), key, key, key], 0.5, rules) == [[0], [1], [2], [3], [4]]
-    assert group_similar(apart, [key] * 5, 0.5) == [[0], [1], [2], [3], [4]]
     lord = Rule("form", "f:lord", "form", "f:my")
     assert describe_rules([lord, mother, brother]) == "'lord', 'mother' or 'brother', each right after 'my'"
     assert describe_rules([mother, Rule("form", "f:?"), brother]) == "'mother' or 'brother', each right after 'my' or '?' (question mark)"
@@ -280,15 +291,14 @@ def test_a_rule_broader_than_the_difference_gives_way_to_the_next_best():
     assert planted[np.logical_or.reduce([r.mask(attrs) for r in rules])].mean() == 1.0
 
 
-def test_a_latent_is_a_feature_of_a_finding_only_when_the_rule_covers_it():
+def test_a_latent_is_a_feature_of_a_finding_only_when_the_finding_covers_it():
     from bbox_sae.findings import expresses
 
     docs, attrs = attrs_of([TEXT * 3])
     nots = np.flatnonzero(Rule("form", "f:not").mask(attrs))
     others = np.flatnonzero(~Rule("form", "f:not").mask(attrs))
-    rule = [Rule("form", "f:not")]
-    assert expresses(rule, attrs, nots, 0.2)
-    # 'not' is 1 of 10 top words: the latent proposed the rule, but it is about something else.
-    assert not expresses(rule, attrs, np.concatenate([nots[:1], others[:9]]), 0.2)
-    assert expresses(rule, attrs, np.concatenate([nots[:2], others[:8]]), 0.2)
-    assert not expresses(rule, attrs, np.array([], dtype=int), 0.0)
+    assert expresses(nots, nots, 0.2)
+    # 'not' is 1 of 10 top words: the latent proposed the finding, but it is about something else.
+    assert not expresses(nots, np.concatenate([nots[:1], others[:9]]), 0.2)
+    assert expresses(nots, np.concatenate([nots[:2], others[:8]]), 0.2)
+    assert not expresses(nots, np.array([], dtype=int), 0.0)

@@ -7,11 +7,14 @@ after the paper's percentile rule, Δ = log p_A − log p_B statistics on train 
 median Δp, sign consistency, bootstrap CI) select; the same statistics on the holdout top words
 test (Wilcoxon p, BH q across latents, same sign and at least half the size). A latent passing
 both gets its best context rule (`rules.py`), whose held-out F1 measures coherence; `kept`
-latents (optionally with `min_rule_f1`) are grouped into findings (`findings.py`).
+latents (optionally with `min_rule_f1`) are grouped into findings (`findings.py`). With the
+default `test: rule`, latents propose context rules and their own groups of words instead, each
+tested on every held-out word it covers.
 
 Modules: `encoders` (SAE / baselines, Δ-blind ranking, the chunked pass over rows),
 `activations` (top activations, firing), `statistics` (Δ tests and filters), `grouping`
-(rules and findings), `contexts` (text around a row's word), `stage` (`run_features`).
+(rules and findings), `latent_sets` (a latent's groups of words), `word_sets` (a group said in
+words, and its judge), `contexts` (text around a row's word), `stage` (`run_features`).
 """
 
 from bbox_sae.features.activations import TopActivations, firing, top_activations, top_words

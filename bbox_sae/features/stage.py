@@ -18,7 +18,7 @@ from bbox_sae.features.encoders import Encoder, make_encoder
 from bbox_sae.features.grouping import add_rules_and_findings, rule_tested_findings
 from bbox_sae.features.statistics import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.layout import RunLayout, logprob_column
-from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA
+from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,11 @@ class Tables:
     features: pa.Table
     findings: pa.Table
     tested_rules: pa.Table
+    finding_words: pa.Table
 
 
 def _find(cfg: Config, m: Matrix, encode: Encoder, top: TopActivations, source: str) -> Tables:
-    """Statistics per latent and pair, the filters, then rules and findings."""
+    """Statistics per latent and pair, the filters, then rules, latent sets and findings."""
     fcfg = cfg.features
     words_of_row, word_position = words_by_row(cfg, m.index)
     attrs = word_attributes_by_position(cfg).take(word_position)
@@ -69,15 +70,34 @@ def _find(cfg: Config, m: Matrix, encode: Encoder, top: TopActivations, source: 
     feats = feature_rows(top, lp_by_row, words_of_row, embedding_of, pairs, fcfg, cfg.seed, source)
     apply_filters(feats, fcfg)
     make_findings = rule_tested_findings if fcfg.test == "rule" else add_rules_and_findings
-    tested_rules: list[dict] = []
+    tested: list[dict] = []
+    words_of_finding: list[tuple[int, str, np.ndarray]] = []
     findings = make_findings(
         feats, top, lambda latents: firing(encode, m.values, latents, fcfg.chunk_rows), attrs, m.rows_by_split, lp_by_row, words_of_row,
-        fcfg, cfg.seed, tested_rules, embedding_of,
+        fcfg, cfg.seed, tested, m.values[:, :d_emb], words_of_finding,
     )
     return Tables(
         features=pa.Table.from_pylist(feats, schema=FEATURE_SCHEMA) if feats else FEATURE_SCHEMA.empty_table(),
         findings=pa.Table.from_pylist(findings, schema=FINDING_SCHEMA) if findings else FINDING_SCHEMA.empty_table(),
-        tested_rules=pa.Table.from_pylist(tested_rules, schema=TESTED_RULE_SCHEMA),
+        tested_rules=pa.Table.from_pylist(tested, schema=TESTED_RULE_SCHEMA),
+        finding_words=finding_words_table(words_of_finding, m.index),
+    )
+
+
+def finding_words_table(words: list[tuple[int, str, np.ndarray]], index: pa.Table) -> pa.Table:
+    """finding_words.parquet: every word a finding covers, train (where it was chosen) and held out
+    (where it was tested)."""
+    rows = np.concatenate([r for _, _, r in words]).astype(np.int64) if words else np.zeros(0, np.int64)
+    at = pa.array(rows, pa.int64())
+    return pa.table(
+        {
+            "finding": pa.array(np.repeat([f for f, _, _ in words], [len(r) for _, _, r in words]).astype(np.int32) if words else [], pa.int32()),
+            "split": pa.array([split for _, split, r in words for _ in range(len(r))], pa.string()),
+            "row": at,
+            "doc_id": index["doc_id"].take(at),
+            "word_idx": index["word_idx"].take(at),
+        },
+        schema=FINDING_WORDS_SCHEMA,
     )
 
 
@@ -97,6 +117,7 @@ def _write(dest: RunLayout, tables: Tables, top_tbl: pa.Table, contexts: pa.Tabl
     atomic_write_table(dest.top_activations, top_tbl)
     atomic_write_table(dest.contexts, contexts)
     atomic_write_table(dest.rules, tables.tested_rules)
+    atomic_write_table(dest.finding_words, tables.finding_words)
     atomic_write_table(dest.findings, tables.findings)
     atomic_write_json(dest.corpus_stats, stats)
     atomic_write_table(dest.features, tables.features)

@@ -116,14 +116,14 @@ def print_summary(findings: pa.Table, features: pa.Table, stats: dict, limit: in
     console.print(header)
     n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
     table = Table(title=f"Findings: {findings.num_rows} ({n_kept} kept latents of {features.num_rows} live latent rows)")
-    for col in ("finding", "better", "holdout Δlog p [95% CI]", "rule (held-out F1)", "latents", "top words"):
+    for col in ("finding", "better", "holdout Δlog p [95% CI]", "statement (kind)", "latents", "top words"):
         table.add_column(col)
     for r in findings.to_pylist()[:limit]:
         table.add_row(
             str(r["finding"]),
             str(r["better_model"]),
             f"{r['holdout_median_dlogp']:+.2f} [{r['holdout_ci_low']:+.2f}, {r['holdout_ci_high']:+.2f}]",
-            f"{r['rule']} ({r['rule_f1']:.2f})" if r["rule"] else "-",
+            f"{r['statement']} ({r['kind']})" if r["statement"] else "-",
             str(r["latents"]),
             (r["top_words"] or "")[:50],
         )

@@ -24,7 +24,8 @@ _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examp
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
 # Part of the label stage's key: a run labeled by an older offline labeler is labeled again.
-OFFLINE_LABELER_VERSION = 4
+# 5: latents of latent findings are said by their word sets; findings' statements are scored.
+OFFLINE_LABELER_VERSION = 5
 
 _PUNCT_NAMES = {
     ",": "comma", ".": "period", "!": "exclamation mark", "?": "question mark", ";": "semicolon",
@@ -175,7 +176,7 @@ def context_matches(rule: Rule, ctx: Context) -> bool:
     return bool(rule.mask(attrs)[-1])
 
 
-def _judged(label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int) -> LabelResult:
+def judged(label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int) -> LabelResult:
     """A label whose own rule is the judge: detection on the validation set, fuzzing on moved marks."""
     examples, truth = validation_set(feature, seed)
     scores = detection_scores(truth, [fits(c) for c in examples])
@@ -194,8 +195,8 @@ def _describe_beyond(rule: Rule, finding_rules: Sequence[Rule]) -> str:
 def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> LabelResult:
     """The context rules of the latent's findings, said in words ("... or ...": a context fits
     when any holds), and the rules of what else it fires on (`FeatureExamples.broader`; the label
-    is then not coherent: the latent is broader than its findings); for a latent without rules,
-    the heuristic rule read off its train contexts."""
+    is then not coherent: the latent is broader than its findings); for a latent in latent
+    findings only, their word sets; otherwise the heuristic rule read off its train contexts."""
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts")
     if feature.rules:
@@ -208,6 +209,12 @@ def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> Lab
         label = describe_rules(feature.rules)
         if feature.broader:
             label += "; the latent also fires on " + ", ".join(_describe_beyond(r, feature.rules) for r in feature.broader)
-        return _judged(label, "rule", not feature.broader, fits, feature, seed, n_fuzz)
+        return judged(label, "rule", not feature.broader, fits, feature, seed, n_fuzz)
+    if feature.word_sets:
+        def in_a_set(c: Context) -> bool:
+            left = split_words(c.left)
+            return any(ws.matches(left, c.word) for ws in feature.word_sets)
+
+        return judged(" or ".join(ws.describe() for ws in feature.word_sets), "word set", True, in_a_set, feature, seed, n_fuzz)
     rule = heuristic_rule(feature.train)
-    return _judged(describe(rule), "heuristic", rule.coherent, lambda c: rule_matches(rule, c), feature, seed, n_fuzz)
+    return judged(describe(rule), "heuristic", rule.coherent, lambda c: rule_matches(rule, c), feature, seed, n_fuzz)

@@ -11,7 +11,7 @@ import os
 import random
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bbox_sae.config import LabelConfig
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
@@ -28,6 +28,9 @@ from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, val
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
 log = logging.getLogger(__name__)
+
+# (examples, seed, fuzz examples) -> the offline label, judged by itself
+OfflineLabeler = Callable[[FeatureExamples, int, int], LabelResult]
 
 
 async def _judge(asker: Asker, kind: str, messages: list[dict], examples: Sequence[Context], truth: Sequence[bool]):
@@ -67,10 +70,10 @@ def _better(llm: LabelResult, offline: LabelResult) -> LabelResult:
     return replace(offline, reason=why)
 
 
-async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int) -> LabelResult:
+async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int, offline_label: OfflineLabeler) -> LabelResult:
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts")
-    offline = heuristic_label(feature, seed, asker.cfg.fuzz_examples)
+    offline = offline_label(feature, seed, asker.cfg.fuzz_examples)
     try:
         answer = await asker.ask("label", label_messages(feature, offline.label), parse_label_reply)
     except RequestFailed as err:
@@ -86,11 +89,17 @@ async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int) -> L
     return llm if llm.reason else _better(llm, offline)
 
 
-async def label_with_llm(features: Sequence[FeatureExamples], cfg: LabelConfig, cache_dir: Path, seed: int) -> tuple[dict[int, LabelResult], Stats]:
-    stats = Stats()
+async def label_with_llm(
+    features: Sequence[FeatureExamples], cfg: LabelConfig, cache_dir: Path, seed: int, offline_label: OfflineLabeler = heuristic_label,
+    stats: Stats | None = None,
+) -> tuple[dict[int, LabelResult], Stats]:
+    """LLM labels, each kept only where it detects at least as well as `offline_label`'s (a
+    latent's rule or heuristic label, or a finding's offline statement), which is the hint too.
+    `stats` carries the spending (and `label.max_tokens_total`) over from an earlier call."""
+    stats = stats if stats is not None else Stats()
     async with open_client(cfg, os.environ.get(cfg.api_key_env)) as client:
         asker = Asker(client, cfg, cache_dir, stats, random.Random(seed))
-        results = await asyncio.gather(*(_llm_label_one(asker, f, seed) for f in features))
+        results = await asyncio.gather(*(_llm_label_one(asker, f, seed, offline_label) for f in features))
     return {f.latent: r for f, r in zip(features, results)}, stats
 
 

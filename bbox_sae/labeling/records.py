@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bbox_sae.layout import logprob_column
+from bbox_sae.features.word_sets import WordSet
 from bbox_sae.rules import Rule, rules_from_json
 
 FEATURE_COLUMNS = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp"]
@@ -44,6 +45,7 @@ class FeatureExamples:
     rules: tuple[Rule, ...] = ()  # the context rules of the latent's findings (or its own best rule)
     contrast: tuple[Context, ...] = ()  # train words of the same forms where the latent is inactive
     broader: tuple[Rule, ...] = ()  # what else the latent fires on, outside `rules` (`broader.py`)
+    word_sets: tuple[WordSet, ...] = ()  # the word sets of the latent's latent findings
 
 
 @dataclass(frozen=True)
@@ -71,16 +73,29 @@ def train_top_contexts(contexts: pa.Table) -> pa.Table:
 
 
 def latent_rules(features: pa.Table, findings: pa.Table | None) -> dict[int, list[Rule]]:
-    """A latent's rules: those of its findings, else its own best rule."""
-    finding_rules = {f["finding"]: rules_from_json(f["rule_json"]) for f in (findings.to_pylist() if findings is not None else []) if f["rule_json"]}
+    """A latent's rules: those of its rule findings; for a latent in no finding, its own best rule
+    (one in a latent finding is said by that finding's word set, `latent_word_sets`)."""
+    rows = findings.to_pylist() if findings is not None else []
+    finding_rules = {f["finding"]: rules_from_json(f["rule_json"]) for f in rows if f["rule_json"]}
     rules: dict[int, list[Rule]] = defaultdict(list)
     columns = ["latent"] + [c for c in ("rule_json", "findings") if c in features.column_names]
     for r in features.select(columns).to_pylist():
-        mine = [rule for f in (r.get("findings") or "").split(",") if f and int(f) in finding_rules for rule in finding_rules[int(f)]]
-        if not mine and r.get("rule_json"):
+        ids = [int(f) for f in (r.get("findings") or "").split(",") if f]
+        mine = [rule for f in ids if f in finding_rules for rule in finding_rules[f]]
+        if not ids and r.get("rule_json"):
             mine = rules_from_json(r["rule_json"])
         rules[r["latent"]].extend(m for m in mine if m not in rules[r["latent"]])
     return rules
+
+
+def latent_word_sets(findings: pa.Table | None) -> dict[int, list[WordSet]]:
+    """Each latent's latent findings' word sets (`findings.parquet` word_set_json)."""
+    out: dict[int, list[WordSet]] = defaultdict(list)
+    for f in findings.to_pylist() if findings is not None else []:
+        if f.get("word_set_json"):
+            for latent in f["latents"].split(","):
+                out[int(latent)].append(WordSet.from_json(f["word_set_json"]))
+    return out
 
 
 def _probs(row: dict, models: Sequence[str]) -> tuple[tuple[str, float], ...]:
@@ -88,9 +103,15 @@ def _probs(row: dict, models: Sequence[str]) -> tuple[tuple[str, float], ...]:
     return tuple((m, math.exp(lp)) for m, lp in lps if lp is not None and math.isfinite(lp))
 
 
+def context_of(row: dict, models: Sequence[str]) -> Context:
+    """A contexts.parquet row as shown to a labeler, with the compared models' probabilities."""
+    return Context(row["left"] or "", row["word"] or "", row["right"] or "", _probs(row, models))
+
+
 def feature_examples(
     features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int,
     rules: dict[int, list[Rule]] | None = None, n_contrast: int = 0, broader: dict[int, tuple[Rule, ...]] | None = None,
+    word_sets: dict[int, list[WordSet]] | None = None,
 ) -> list[FeatureExamples]:
     """Group the contexts (rank order, capped per split) and the pair comparisons of each latent,
     with its rules (`latent_rules`) and what else it fires on (`broader.broader_rules`)."""
@@ -101,12 +122,11 @@ def feature_examples(
     rows = contexts.filter(pc.is_in(pc.cast(contexts["latent"], pa.int64()), value_set=wanted))
     by_split: dict[tuple[int, str], list[tuple[int, Context]]] = defaultdict(list)
     for r in rows.select(CONTEXT_COLUMNS + [logprob_column(m) for m in models]).to_pylist():
-        context = Context(r["left"] or "", r["word"] or "", r["right"] or "", _probs(r, models))
-        by_split[(r["latent"], r["split"])].append((r["rank"], context))
+        by_split[(r["latent"], r["split"])].append((r["rank"], context_of(r, models)))
     comparisons: dict[int, list[Comparison]] = defaultdict(list)
     for r in mine.select(FEATURE_COLUMNS).to_pylist():
         comparisons[r["latent"]].append(Comparison(r["model_a"], r["model_b"], r["better_model"], r["median_dlogp"]))
-    rules, broader = rules or {}, broader or {}
+    rules, broader, word_sets = rules or {}, broader or {}, word_sets or {}
 
     def top(latent: int, split: str, n: int) -> tuple[Context, ...]:
         return tuple(c for _, c in sorted(by_split[(latent, split)], key=lambda rc: rc[0])[:n])
@@ -121,6 +141,7 @@ def feature_examples(
             rules=tuple(rules.get(latent, ())),
             contrast=top(latent, "contrast", n_contrast),
             broader=broader.get(latent, ()),
+            word_sets=tuple(word_sets.get(latent, ())),
         )
         for latent in latents
     ]

@@ -109,21 +109,25 @@ def header_html(cfg: Config, inputs: ReportInputs, shown: int) -> Markup:
 
 
 def findings_html(findings: list[dict]) -> Markup:
-    """The findings, ranked by held-out |Δ|: what a reader should look at first."""
+    """The findings, ranked by held-out |Δ|: what a reader should look at first. `kind` says how a
+    finding's words were chosen (a context rule, or a latent's group of words) and its statement's
+    held-out detection how well the statement predicts them."""
     rows = [
         el(
             "tr",
             el("td", f["finding"], cls="num"),
             el("td", str(f["better_model"])),
-            el("td", f["rule"] or "–"),
-            el("td", fmt(f["rule_f1"], ".2f"), cls="num"),
+            el("td", f.get("statement") or f["rule"] or "–"),
+            el("td", f"{f.get('kind') or 'rule'} ({f.get('statement_source') or '–'})"),
+            el("td", fmt(f.get("detection"), ".2f"), cls="num"),
             el("td", f'{fmt(f["holdout_median_dlogp"], "+.2f")} [{fmt(f["holdout_ci_low"], "+.2f")}, {fmt(f["holdout_ci_high"], "+.2f")}]', cls="num"),
+            el("td", fmt(f["holdout_n"], ","), cls="num"),
             el("td", f["latents"]),
             el("td", f["top_words"] or ""),
         )
         for f in findings
     ]
-    head = _head_row("finding", "better", "rule", "rule F1", "held-out Δlog p [95% CI]", "latents", "top words")
+    head = _head_row("finding", "better", "statement", "kind (said by)", "detection", "held-out Δlog p [95% CI]", "held-out words", "latents", "top words")
     return join([el("h2", f"Findings ({len(findings)})"), el("table", head, el("tbody", join(rows)), id="findings-table")])
 
 

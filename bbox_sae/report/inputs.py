@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from bbox_sae.artifacts import read_table, require_columns, resolve_files
 from bbox_sae.config import Config
 from bbox_sae.errors import ArtifactError
+from bbox_sae.labeling.finding_statements import labeled_findings
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.report.markup import num
@@ -140,6 +141,6 @@ def load_inputs(cfg: Config) -> ReportInputs:
         stats=stats,
         domains=load_domains(paths.documents),
         sae_runs=load_sae_runs(paths),
-        findings=read_table(paths.findings).to_pylist() if paths.findings.exists() else [],
+        findings=labeled_findings(paths) if paths.findings.exists() else [],
         score_columns=score_columns,
     )

@@ -44,13 +44,24 @@ def _md_pair(a: str, b: str, features: list[dict], limit: int) -> list[str]:
 
 def _md_findings(findings: list[dict]) -> list[str]:
     """Findings first: one row per difference, however many latents express it."""
-    lines = ["## Findings", "", f"{len(findings)} finding(s); Δ is the median over the held-out top words, with a bootstrap 95% CI.", ""]
+    lines = [
+        "## Findings", "",
+        f"{len(findings)} finding(s). Δ is the median over every held-out word the finding covers (its rule's words, or its "
+        "latent group's word forms), with a bootstrap 95% CI; detection is how well the statement alone tells those words "
+        "from near misses, held out.", "",
+    ]
     if findings:
-        lines += ["| finding | pair | better | rule (held-out F1) | held-out Δlog p [95% CI] | latents | top words |", "|---:|---|---|---|---|---|---|"]
+        lines += [
+            "| finding | pair | better | statement | kind | detection | held-out Δlog p [95% CI] | held-out words | latents | top words |",
+            "|---:|---|---|---|---|---:|---|---:|---|---|",
+        ]
         for f in findings:
-            rule = f"{_md(f['rule'])} ({fmt(f['rule_f1'], '.2f')})" if f["rule"] else "-"
             delta = f"{fmt(f['holdout_median_dlogp'], '+.2f')} [{fmt(f['holdout_ci_low'], '+.2f')}, {fmt(f['holdout_ci_high'], '+.2f')}]"
-            lines.append(f"| {f['finding']} | {_md(f['model_a'])} vs {_md(f['model_b'])} | {_md(f['better_model'])} | {rule} | {delta} | {_md(f['latents'])} | {_md(f['top_words'])} |")
+            kind = f"{f.get('kind') or 'rule'} ({f.get('statement_source') or '-'})"
+            lines.append(
+                f"| {f['finding']} | {_md(f['model_a'])} vs {_md(f['model_b'])} | {_md(f['better_model'])} | {_md(f.get('statement') or f['rule'] or '-')} "
+                f"| {kind} | {fmt(f.get('detection'), '.2f')} | {delta} | {fmt(f['holdout_n'], ',')} | {_md(f['latents'])} | {_md(f['top_words'])} |"
+            )
         lines.append("")
     return lines
 

@@ -25,8 +25,9 @@ WANDB_COLUMNS = [
 ]  # fmt: skip
 # Columns of the W&B `findings` table (findings.parquet).
 FINDING_COLUMNS = [
-    "finding", "model_a", "model_b", "better_model", "rule", "rule_f1", "holdout_median_dlogp", "holdout_ci_low",
-    "holdout_ci_high", "median_dlogp", "n_latents", "latents", "top_words",
+    "finding", "model_a", "model_b", "better_model", "kind", "statement", "statement_source", "detection", "rule", "rule_f1",
+    "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value", "holdout_n", "median_dlogp", "n_latents",
+    "latents", "top_words",
 ]  # fmt: skip
 CELL_STYLE = "font:13px sans-serif;white-space:pre-wrap"
 PROB_STYLE = "color:#555"

@@ -1,0 +1,165 @@
+"""Latent-defined findings: the groups of words a latent carries a difference on, said by their
+word forms, chosen on train alone.
+
+A rule of the grammar (`bbox_sae.rules`) says one word form or class plus one left context. What
+an SAE latent carries is often a group no such rule states: a class of nouns of one kind, words of
+one ending after a few function words. Here the latent proposes the group itself:
+
+1. its *carrying* train words: where it fires and the proposing model wins by more than the
+   effect threshold;
+2. split by context, since one latent often carries several unrelated differences (a latent that
+   fires wherever model B wins by a lot): k-means on the words' context embeddings, clusters whose
+   centroids are closer than `GROUP_COSINE` joined again (average linkage), so a class the
+   k-means cut in pieces is one group and unrelated groups stay apart;
+3. each group said by what its words share (`word_sets.WordSet`): the word forms on which the
+   proposing model wins on most train occurrences (a form the latent carries only in some
+   contexts, 'first' in "FIRST CITIZEN", is not the group's), a suffix nearly all of them end in,
+   a left context nearly all of them follow.
+
+The held-out set is every held-out word the WordSet matches: chosen without any held-out Δ, so it
+is tested exactly like a rule (Wilcoxon over all of it, one BH family with the rules, the
+effect-size rule, the proposing sign), and the statement a reader gets is the set's own definition.
+
+Why forms, not the latent's activation: on the planted corpora a latent's context-only activation
+(performance columns at their train mean, or made model-symmetric) and a logistic probe of its
+carrying words on context embeddings both blur into neighbouring contexts (planted body-part
+words: precision 0.6-0.9, recall 0.2-0.7 per latent), while the forms of its carrying groups give
+0.9-1.0 and 0.7-0.99 (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left
+from bbox_sae.rules import WordAttributes
+from bbox_sae.stats import coherence
+
+GROUP_COSINE = 0.3  # k-means clusters of one latent's carrying words whose centroids are at least this close are one group
+CLUSTER_WORDS = 25  # about this many carrying words per k-means cluster...
+MAX_CLUSTERS = 8  # ...and at most this many clusters
+FORM_CARRIES = 0.5  # a form belongs to a group when the proposing model wins on at least this share of its train occurrences...
+FORM_IN_GROUP = 0.3  # ...and the group holds at least this share of those
+# A group without a shared ending is a class only when its words' contexts cohere (mean cosine to
+# their centroid): planted classes of nouns 0.44-0.84, the demo's grab-bags of 53-87 forms on
+# which one model is better 0.29-0.33; an ending says what the forms share, however their contexts
+# vary (passive participles, 0.36) (docs/findings.md).
+MIN_COHERENCE = 0.4
+
+
+@dataclass
+class LatentSet:
+    """A latent's word set for one compared pair and winner."""
+
+    latent: int
+    pair: tuple[str, str]
+    sign: int  # +1: model_a better on the latent's carrying train words, -1: model_b
+    word_set: WordSet
+    train_rows: np.ndarray  # train words the word set matches (where it was chosen)
+    holdout_rows: np.ndarray  # held-out words it matches: what is tested
+
+
+def carrying_rows(fires: np.ndarray, rows: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> np.ndarray:
+    """The `rows` where a latent fires and `sign`'s model wins by more than the effect threshold."""
+    return rows[fires[rows] & (sign * dlogp[rows] > min_abs_dlogp)]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def context_groups(vectors: np.ndarray, seed: int) -> np.ndarray:
+    """Group labels for rows of context embeddings: k-means (about `CLUSTER_WORDS` rows a cluster,
+    at most `MAX_CLUSTERS`), then clusters whose unit centroids have cosine >= `GROUP_COSINE`
+    joined by average linkage."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from sklearn.cluster import KMeans
+
+    # Always at least two clusters: a small group can mix two differences as easily as a large one.
+    k = min(MAX_CLUSTERS, max(2, len(vectors) // CLUSTER_WORDS), len(vectors))
+    if k < 2:
+        return np.zeros(len(vectors), dtype=np.int64)
+    unit = _unit(vectors)
+    labels = KMeans(k, n_init=3, random_state=seed).fit(unit).labels_
+    centroids = _unit(np.stack([unit[labels == c].mean(axis=0) for c in range(k)]))
+    joined = fcluster(linkage(centroids, method="average", metric="cosine"), t=1 - GROUP_COSINE, criterion="distance")
+    return joined[labels] - 1
+
+
+def form_wins(attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> tuple[np.ndarray, np.ndarray]:
+    """(vocab,) each word form's train occurrences, and those on which `sign`'s model wins by more
+    than the threshold."""
+    size = len(attrs.vocab)
+    total = np.bincount(attrs.form[train], minlength=size)
+    wins = np.bincount(attrs.form[train], weights=(sign * dlogp[train] > min_abs_dlogp).astype(np.float64), minlength=size)
+    return total, wins
+
+
+def group_forms(attrs: WordAttributes, members: np.ndarray, total: np.ndarray, wins: np.ndarray) -> np.ndarray:
+    """The members whose form is the group's: the model wins on at least `FORM_CARRIES` of the
+    form's train occurrences, and the group holds at least `FORM_IN_GROUP` of those wins (and two).
+    One stray 'three' in a group of body words would otherwise bring every 'three' into it."""
+    in_group = np.bincount(attrs.form[members], minlength=len(attrs.vocab))
+    own = (wins >= FORM_CARRIES * np.maximum(total, 1)) & (in_group >= np.maximum(2, FORM_IN_GROUP * wins))
+    return members[own[attrs.form[members]]]
+
+
+def without_idle_left(word_set: WordSet, attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> WordSet:
+    """The word set without its left context when the model wins on its forms elsewhere too (on at
+    least `FORM_CARRIES` of their other train occurrences): most nouns follow a determiner, and a
+    class of nouns that differs wherever it stands is not "after a determiner". 'lord' after 'my'
+    keeps its 'my' when 'lord' elsewhere does not differ."""
+    if word_set.left is None:
+        return word_set
+    bare = replace(word_set, left=None)
+    elsewhere = train[bare.mask(attrs, train) & ~word_set.left.mask(attrs, train)]
+    if len(elsewhere) and np.mean(sign * dlogp[elsewhere] > min_abs_dlogp) >= FORM_CARRIES:
+        return bare
+    return word_set
+
+
+def latent_sets(
+    proposals: list[tuple[int, tuple[str, str], int]], fires_of: dict[int, np.ndarray], context: np.ndarray, attrs: WordAttributes,
+    train: np.ndarray, holdout: np.ndarray, dlogp_of: dict[tuple[str, str], np.ndarray], in_context_rule: dict[tuple, np.ndarray],
+    min_abs_dlogp: float, min_words: int, seed: int,
+) -> list[LatentSet]:
+    """The word sets of each proposal (latent, pair, sign): one per context group of its carrying
+    train words with at least `min_words` words on forms that carry; a set another proposal (or
+    group) already made is made once, with its first latent. Words a proposed rule of a place
+    matches (`in_context_rule[(pair, sign)]`, over all rows: any word after a blank line) are left
+    to that rule."""
+    every_row = np.arange(len(attrs.form))
+    wins_of: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    out: list[LatentSet] = []
+    seen: set[tuple] = set()
+    for latent, pair, sign in proposals:
+        carrying = carrying_rows(fires_of[latent], train, dlogp_of[pair], sign, min_abs_dlogp)
+        carrying = carrying[~in_context_rule[(pair, sign)][carrying]]
+        if len(carrying) < min_words:
+            continue
+        groups = context_groups(np.asarray(context[carrying]), seed + latent)
+        for g in np.unique(groups):
+            members = carrying[groups == g]
+            # Whether a form carries is judged where the group's words stand: 'lord' after 'my' is
+            # the group's even though most 'lord' are not after 'my'.
+            left = shared_left(attrs, members)
+            key = (pair, sign, left)
+            if key not in wins_of:
+                scope = train if left is None else train[left.mask(attrs, train)]
+                wins_of[key] = form_wins(attrs, scope, dlogp_of[pair], sign, min_abs_dlogp)
+            members = group_forms(attrs, members, *wins_of[key])
+            if len(members) < min_words:
+                continue
+            word_set = without_idle_left(describe_word_set(attrs, members), attrs, train, dlogp_of[pair], sign, min_abs_dlogp)
+            if word_set.suffix is None and coherence(np.asarray(context[members])) < MIN_COHERENCE:
+                continue
+            same = (pair, sign, frozenset(word_set.forms), word_set.suffix, word_set.left)
+            if same in seen:
+                continue
+            seen.add(same)
+            chosen = word_set.mask(attrs, every_row)
+            out.append(LatentSet(latent, pair, sign, word_set, train[chosen[train]], holdout[chosen[holdout]]))
+    return out

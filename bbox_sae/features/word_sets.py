@@ -1,0 +1,113 @@
+"""A group of words the SAE isolated, said in words without pretending to be a rule.
+
+A latent-defined finding is a set of words chosen by the SAE (`latent_sets.py`), not by a rule
+of the grammar in `bbox_sae.rules`. Offline it is said by what its train words share: the word
+forms it is made of (all of them are kept, so a reader can check any word against the list),
+a suffix nearly all of them end in ("-ed"), and a left context nearly all of them follow ("right
+after an auxiliary verb"). The same statement is its own judge: a word fits when its form is
+listed (or ends in the suffix) and the left context holds, so its held-out detection measures
+how well the words in the statement predict the words the SAE chose.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from bbox_sae.rules import Rule, WordAttributes, _phrase, word_attributes
+
+SUFFIX_SHARE = 0.9  # share of the set's train words a suffix must end
+SUFFIX_MIN_FORMS = 5  # a suffix of fewer distinct forms says no more than the list
+LEFT_SHARE = 0.8  # share of the set's train words a left context must hold for
+SHOWN_FORMS = 3
+
+
+@dataclass(frozen=True)
+class WordSet:
+    """What a set's train words share: their forms (most frequent first), and optionally a suffix
+    and a left-context condition (a `Rule` with only a left part)."""
+
+    forms: tuple[str, ...]
+    counts: tuple[int, ...]
+    suffix: str | None = None
+    left: Rule | None = None
+
+    def describe(self) -> str:
+        shown = ", ".join(_phrase("form", "f:" + f) for f in self.forms[:SHOWN_FORMS])
+        if self.suffix:
+            subject = f"a word ending in '-{self.suffix}' ({len(self.forms)} forms, most often {shown})"
+        elif len(self.forms) == 1:
+            subject = shown
+        else:
+            subject = f"a group of {len(self.forms)} word forms, most often {shown}"
+        if self.left is None:
+            return subject
+        return subject + Rule(None, None, self.left.left_kind, self.left.left_value).describe().removeprefix("a word")
+
+    def mask(self, attrs: WordAttributes, rows: np.ndarray) -> np.ndarray:
+        """Where the statement holds among `rows` of `attrs` (the offline judge, on rows)."""
+        listed = frozenset(self.forms)
+        vocab_form = np.array([v.startswith("f:") and self._form_fits(v[2:], listed) for v in attrs.vocab], dtype=bool)
+        fits = vocab_form[attrs.form[rows]]
+        if self.left is not None:
+            fits &= self.left.mask(attrs, rows)
+        return fits
+
+    def matches(self, left_words: list[str], word: str) -> bool:
+        """Whether the statement holds for a word shown with the words to its left."""
+        attrs = word_attributes([[*left_words[-2:], word]])
+        return bool(self.mask(attrs, np.array([len(attrs.form) - 1]))[0])
+
+    def _form_fits(self, form: str, listed: frozenset[str]) -> bool:
+        return form in listed or bool(self.suffix and form.endswith(self.suffix) and len(form) > len(self.suffix) + 1)
+
+    def to_json(self) -> str:
+        left = self.left.as_dict() if self.left else None
+        return json.dumps({"forms": list(self.forms), "counts": list(self.counts), "suffix": self.suffix, "left": left})
+
+    @classmethod
+    def from_json(cls, text: str) -> "WordSet":
+        raw = json.loads(text)
+        return cls(tuple(raw["forms"]), tuple(raw["counts"]), raw.get("suffix"), Rule(**raw["left"]) if raw.get("left") else None)
+
+
+def _shared_suffix(forms: Counter) -> str | None:
+    """The longest suffix (2 to 4 letters) that at least `SUFFIX_SHARE` of the words end in, spread
+    over at least `SUFFIX_MIN_FORMS` forms."""
+    total = sum(forms.values())
+    for length in (4, 3, 2):
+        ends = Counter()
+        spread = Counter()
+        for form, count in forms.items():
+            if len(form) > length + 1 and form[-length:].isalpha():
+                ends[form[-length:]] += count
+                spread[form[-length:]] += 1
+        for suffix, count in ends.most_common(1):
+            if count >= SUFFIX_SHARE * total and spread[suffix] >= SUFFIX_MIN_FORMS:
+                return suffix
+    return None
+
+
+def shared_left(attrs: WordAttributes, rows: np.ndarray) -> Rule | None:
+    """The left context most of the words follow, a word form before a class (more telling)."""
+    n = len(rows)
+    for kind, col in (("form", attrs.left_form), ("form2", attrs.left2_form), ("class", attrs.left_cls)):
+        value, count = Counter(col[rows].tolist()).most_common(1)[0]
+        if count >= LEFT_SHARE * n:
+            return Rule(None, None, kind, attrs.vocab[value])
+    for layout, col in (("after_blank", attrs.after_blank), ("line_start", attrs.line_start)):
+        if col[rows].sum() >= LEFT_SHARE * n:
+            return Rule(None, None, "layout", layout)
+    return None
+
+
+def describe_word_set(attrs: WordAttributes, rows: np.ndarray) -> WordSet:
+    """What the words at `rows` (train rows of a set, non-empty) share."""
+    forms = Counter(attrs.vocab[c][2:] for c in attrs.form[rows].tolist())
+    ranked = sorted(forms.items(), key=lambda fc: (-fc[1], fc[0]))
+    return WordSet(
+        forms=tuple(f for f, _ in ranked), counts=tuple(c for _, c in ranked), suffix=_shared_suffix(forms), left=shared_left(attrs, rows),
+    )

