@@ -26,7 +26,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser" -p no:cacheprovider
 
 demo: setup
-	$(PY) -m bbox_sae.demo_corpus .cache/corpus
+	$(PY) -m bbox_sae.corpus.demo .cache/corpus
 	$(VENV)/bin/bbox run --config configs/demo.yaml
 
 bench: setup

@@ -83,7 +83,7 @@ def dispatch(args) -> int:
 
     cmd = args.command
     if cmd == "sweep":
-        from bbox_sae.sweep import run_sweep
+        from bbox_sae.train.sweep import run_sweep
 
         run_sweep(args.config, args.overrides, args.output_dir, wandb_sweep_yaml=args.wandb_sweep_yaml)
         return 0
@@ -101,7 +101,7 @@ def dispatch(args) -> int:
 
     with run_lock(ensure_output_dir(cfg)):
         if cmd == "eval" and args.what == "planted":
-            from bbox_sae.evaluation import check_planted_config
+            from bbox_sae.evaluation.planted import check_planted_config
 
             check_planted_config(cfg)  # may refuse the output dir: before the config there is replaced
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
@@ -123,15 +123,15 @@ def _single_command(cmd: str, cfg, args) -> int:
         record_merged_score(cfg)
         print("all shards complete and intact")
     elif cmd == "eval" and args.what == "planted":
-        from bbox_sae.evaluation import run_planted
+        from bbox_sae.evaluation.planted import run_planted
 
         run_planted(cfg, rules_path=args.rules, null_seeds=tuple(range(args.null_seeds)), ablations=args.ablations)
     elif cmd == "eval" and args.what == "coherence":
-        from bbox_sae.evaluation import run_coherence
+        from bbox_sae.evaluation.planted import run_coherence
 
         run_coherence(cfg)
     elif cmd == "eval":
-        from bbox_sae.evaluation import run_ablation
+        from bbox_sae.evaluation.planted import run_ablation
 
         run_ablation(cfg)
     return 0

@@ -47,7 +47,7 @@ def _sections(cfg: Config, *names: str) -> dict:
 
 
 def _ingest(cfg: Config, key: str) -> dict:
-    from bbox_sae.scoring.stage import ingest
+    from bbox_sae.corpus.ingest import ingest
 
     ingest(cfg)
     return json.loads(cfg.paths.ingest_marker.read_text())
@@ -66,13 +66,13 @@ def _score(cfg: Config, key: str, models: list[str] | None = None, shard: str | 
 
 
 def _embed(cfg: Config, key: str) -> dict:
-    from bbox_sae.embedding import run_embed
+    from bbox_sae.embedding.stage import run_embed
 
     return run_embed(cfg)
 
 
 def _build(cfg: Config, key: str) -> dict:
-    from bbox_sae.dataset import run_build
+    from bbox_sae.build.matrix import run_build
 
     return run_build(cfg)
 
@@ -80,7 +80,7 @@ def _build(cfg: Config, key: str) -> dict:
 def _train(cfg: Config, key: str, resume: bool | None = None) -> dict:
     """`resume` None (`bbox run`) or True (`bbox train --resume`): continue a killed run, but only
     from checkpoints written under this key (same matrix, same settings)."""
-    from bbox_sae.sae import run_train
+    from bbox_sae.train.sae import run_train
 
     return run_train(cfg, resume=resume is not False, wandb_group=cfg.wandb.group or cfg.out.name, resume_key=key)
 
@@ -131,13 +131,13 @@ def _user_logprobs(cfg: Config) -> dict:
 
 
 def _corpus(cfg: Config) -> dict:
-    from bbox_sae.corpus import corpus_fingerprint, run_dirs
+    from bbox_sae.corpus.documents import corpus_fingerprint, run_dirs
 
     return {"corpus": corpus_fingerprint(cfg.corpus, run_dirs(cfg))}
 
 
 def _embed_settings(cfg: Config) -> dict:
-    from bbox_sae.embedding import embedding_settings
+    from bbox_sae.embedding.stage import embedding_settings
 
     return {"embedding": embedding_settings(cfg.embedding)}
 

@@ -37,8 +37,8 @@ NAME = "embed_build"
 def bench_embed(cfg, n_docs: int, device: str, repeats: int) -> dict:
     import numpy as np
 
-    from bbox_sae.corpus import load_documents
-    from bbox_sae.embedding import load_embedder
+    from bbox_sae.corpus.documents import load_documents
+    from bbox_sae.embedding.stage import load_embedder
 
     docs = load_documents(cfg.corpus, seed=cfg.seed)
     step = max(1, len(docs) // n_docs)
@@ -87,8 +87,8 @@ def synthetic_run(out: Path, rows: int, words_per_doc: int = 200, dim: int = 384
 
     from bbox_sae.artifacts import ShardedTable, atomic_write_table
     from bbox_sae.config import config_from_dict
-    from bbox_sae.corpus import shard_ranges, split_of
-    from bbox_sae.embedding import embeddings_table
+    from bbox_sae.corpus.documents import shard_ranges, split_of
+    from bbox_sae.embedding.stage import embeddings_table
     from bbox_sae.layout import RunLayout
     from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
     from bbox_sae.scoring.stage import LOGPROB_SCHEMA
@@ -154,7 +154,7 @@ def naive_build(cfg) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bbox_sae.dataset import part_scales, performance_columns
+    from bbox_sae.build.matrix import part_scales, performance_columns
 
     def whole(folder: Path) -> pa.Table:
         return pa.concat_tables([pq.read_table(p) for p in sorted(folder.glob("part-*.parquet"))])
@@ -179,7 +179,7 @@ def naive_build(cfg) -> int:
 
 
 def bench_build(rows: int, repeats: int) -> dict:
-    from bbox_sae.dataset import run_build
+    from bbox_sae.build.matrix import run_build
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""SAE training throughput: our sae-lens path (`bbox_sae.sae.train_sae`) vs a minimal plain-PyTorch TopK loop.
+"""SAE training throughput: our sae-lens path (`bbox_sae.train.sae.train_sae`) vs a minimal plain-PyTorch TopK loop.
 
 Both train on the same synthetic matrix, written as `build/matrix.npy` + `index.parquet` (like
 tests/test_sae.py::planted_run), read batch by batch from the same memory map, with the same
@@ -95,7 +95,7 @@ def run_ours(cfg, autocast: bool) -> dict:
 
     import sae_lens.config as sl_config
 
-    from bbox_sae.sae import run_dir_for, train_sae
+    from bbox_sae.train.sae import run_dir_for, train_sae
 
     original = sl_config.SAETrainerConfig
     if autocast:

@@ -49,7 +49,7 @@ NAME = "scoring"
 
 def demo_documents(cfg, n: int) -> list[tuple[str, str]]:
     """n documents spread evenly over the ones the demo scores."""
-    from bbox_sae.corpus import load_documents
+    from bbox_sae.corpus.documents import load_documents
 
     docs = load_documents(cfg.corpus, seed=cfg.seed)
     step = max(1, len(docs) // n)

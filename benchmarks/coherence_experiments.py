@@ -33,7 +33,7 @@ def rescore(setup: str, variant: str) -> dict:
     null-pair and seed runs): for changes that touch only feature extraction."""
     from bbox_sae.artifacts import read_table
     from bbox_sae.config import load_config
-    from bbox_sae.evaluation import _rows_to_words, coherence_summary, load_rules, rule_masks, score_recovery, stability
+    from bbox_sae.evaluation.planted import _rows_to_words, coherence_summary, load_rules, rule_masks, score_recovery, stability
     from bbox_sae.features import run_features
     from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.layout import RunLayout
@@ -73,7 +73,7 @@ def rescore(setup: str, variant: str) -> dict:
 
 def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int, stability_seeds: int = 1) -> dict:
     from bbox_sae.config import load_config, save_resolved
-    from bbox_sae.evaluation import _extract, _link_inputs, coherence_summary, run_planted, stability
+    from bbox_sae.evaluation.planted import _extract, _link_inputs, coherence_summary, run_planted, stability
     from bbox_sae.artifacts import read_table
     from bbox_sae.labeling import labeled_features
     from bbox_sae.layout import RunLayout

@@ -47,11 +47,12 @@ def planted_pipeline(
 ):
     """Run ingest → features on `docs` (default: 'were' after 'if'), model B worse than A by
     `planted_delta` on the words `is_planted` marks; returns (config, planted mask over words, words)."""
-    from bbox_sae.dataset import run_build
-    from bbox_sae.embedding import run_embed
+    from bbox_sae.build.matrix import run_build
+    from bbox_sae.embedding.stage import run_embed
     from bbox_sae.features import run_features
-    from bbox_sae.sae import run_train
-    from bbox_sae.scoring.stage import ingest, run_score
+    from bbox_sae.train.sae import run_train
+    from bbox_sae.corpus.ingest import ingest
+    from bbox_sae.scoring.stage import run_score
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": text}) + "\n" for i, text in enumerate(docs or if_were_corpus())))

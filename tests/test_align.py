@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.align import align_logprobs
+from bbox_sae.scoring.align import align_logprobs
 
 
 @st.composite

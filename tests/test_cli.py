@@ -27,7 +27,7 @@ from bbox_sae.cli import main
 from bbox_sae.config import load_config
 from bbox_sae.pipeline import run_lock
 from bbox_sae.stages import STAGE_NAMES, read_manifest
-from bbox_sae.words import word_spans
+from bbox_sae.corpus.words import word_spans
 
 TEXTS = {
     "d0": "The ships were late, and the men were tired.",
@@ -353,7 +353,7 @@ def test_missing_user_parquet_is_named_as_such(project, capsys):
 
 
 def test_all_documents_in_holdout_is_one_line(project, capsys):
-    from bbox_sae.corpus import split_of
+    from bbox_sae.corpus.documents import split_of
 
     seed = next(s for s in range(1000) if all(split_of(d, 0.9, s) == "holdout" for d in TEXTS))
     assert_one_line_error(*run_until(capsys, project, "train", "--set", "corpus.holdout_fraction=0.9", "--set", f"seed={seed}"), "no training rows", "holdout")

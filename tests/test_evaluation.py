@@ -3,8 +3,8 @@ import pyarrow as pa
 import pytest
 
 from bbox_sae.errors import ConfigError
-from bbox_sae.evaluation import PlantedRule, load_rules, planted_logprobs, rule_masks
-from bbox_sae.words import split_words
+from bbox_sae.evaluation.planted import PlantedRule, load_rules, planted_logprobs, rule_masks
+from bbox_sae.corpus.words import split_words
 
 
 def test_shipped_rules_match_what_they_say():

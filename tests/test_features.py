@@ -13,7 +13,7 @@ from bbox_sae.artifacts import read_table
 from bbox_sae.config import config_from_dict
 from bbox_sae.features import cut_context, run_features
 from planted import planted_pipeline
-from bbox_sae.stats import (
+from bbox_sae.features.significance import (
     StreamingTopN,
     bh_qvalues,
     bootstrap_median_ci,
@@ -107,8 +107,8 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     index = read_table(cfg.out / "build" / "index.parquet")
     planted_by_key = dict(zip(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()), planted))
     planted_rows = np.array([planted_by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
-    from bbox_sae.evaluation import _row_attributes
-    from bbox_sae.rules import any_mask, rules_from_json
+    from bbox_sae.evaluation.planted import _row_attributes
+    from bbox_sae.features.rules import any_mask, rules_from_json
 
     attrs = _row_attributes(cfg)
     holdout = index["split"].to_numpy(zero_copy_only=False) == "holdout"
@@ -138,7 +138,7 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     assert per_latent and all(c["counts"] <= cfg.label.validation_examples for c in per_latent)
     assert {c["values"] for c in per_latent} <= {f["latent"] for f in kept}
     assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
-    from bbox_sae.evaluation import PlantedRule, score_recovery
+    from bbox_sae.evaluation.planted import PlantedRule, score_recovery
 
     # The planted evaluation reports, per rule, how well its finding's statement tells the finding's
     # held-out words from near misses (finding_labels.parquet).
@@ -202,7 +202,7 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.labeling.broader import broader_rules
     from bbox_sae.labeling.records import latent_rules
-    from bbox_sae.rules import fit_rule
+    from bbox_sae.features.rules import fit_rule
 
     cfg, _, _ = planted_run
     run_label(cfg)
@@ -212,7 +212,7 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     broader = broader_rules(cfg, "sae", read_table(cfg.paths.contexts), rules_of)
     assert set(broader) == set(kept["latent"].to_pylist())
     assert any(broader.values()), "the planted run has a latent broader than its finding ('were' after 'if' and 'was')"
-    from bbox_sae.evaluation import _row_attributes
+    from bbox_sae.evaluation.planted import _row_attributes
 
     attrs = _row_attributes(cfg)
     m = open_rows(cfg)

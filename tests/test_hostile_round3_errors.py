@@ -22,7 +22,7 @@ from test_cli import TEXTS, assert_one_line_error, bbox, write_corpus, write_log
 
 from bbox_sae.cli import main
 from bbox_sae.config import CorpusConfig
-from bbox_sae.corpus import corpus_fingerprint, load_documents
+from bbox_sae.corpus.documents import corpus_fingerprint, load_documents
 from bbox_sae.errors import ConfigError
 from bbox_sae.stages import read_manifest
 

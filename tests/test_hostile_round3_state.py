@@ -22,7 +22,7 @@ from hardening import stage_outputs
 from test_cli import TEXTS, assert_one_line_error, bbox, write_corpus, write_logprobs
 
 from bbox_sae.config import load_config
-from bbox_sae.sae import RowBatches
+from bbox_sae.train.sae import RowBatches
 from bbox_sae.stages import BY_NAME, STAGES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.config import Config, CorpusConfig, load_config
-from bbox_sae.corpus import load_documents
+from bbox_sae.corpus.documents import load_documents
 from bbox_sae.errors import BBoxError, ConfigError, CorpusError
-from bbox_sae.words import split_words
+from bbox_sae.corpus.words import split_words
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 BIG_INT = "9" * 5000  # past Python's int-parsing limit (4300 digits): json/yaml raise ValueError
@@ -35,7 +35,7 @@ BIG_INT = "9" * 5000  # past Python's int-parsing limit (4300 digits): json/yaml
 def expected_outcome(lines: list[bytes]) -> tuple[str, object]:
     """What ingest must do with these JSONL lines: ("ok", [(id, text), ...]) or ("error", line number).
 
-    Written independently of bbox_sae.corpus from the documented rules: UTF-8 (a BOM allowed on
+    Written independently of bbox_sae.corpus.documents from the documented rules: UTF-8 (a BOM allowed on
     line 1), blank lines skipped, one JSON object per line, `id` a non-empty string or integer
     (not bool/float), `text` a string, optional `domain` a string or null, no NUL / lone
     surrogates, duplicate ids must repeat the same text, empty/whitespace documents dropped.
@@ -391,7 +391,7 @@ def test_cli_corpus_turned_bad_after_a_good_ingest_leaves_nothing_stale(tmp_path
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"doc {i} says hi"}) + "\n" for i in range(3)))
     config = _write_config(tmp_path, corpus)
     from bbox_sae.artifacts import read_table
-    from bbox_sae.scoring.stage import ingest
+    from bbox_sae.corpus.ingest import ingest
 
     cfg = load_config(config)
     ingest(cfg)

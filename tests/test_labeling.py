@@ -496,7 +496,7 @@ def test_a_latent_broader_than_its_finding_says_what_else_it_fires_on():
     names both, is marked incoherent, and the judge counts both."""
     from bbox_sae.labeling import heuristic_label
     from bbox_sae.labeling.records import FeatureExamples
-    from bbox_sae.rules import Rule
+    from bbox_sae.features.rules import Rule
 
     def ctx(word: str) -> Context:
         return Context("And thou know", word, " it well")

@@ -142,11 +142,12 @@ def test_config_paths_follow_the_config():
 @pytest.fixture(scope="module")
 def features_run(tmp_path_factory, tiny_encoder):
     """ingest -> score (imported log-probs) -> embed (tiny encoder) -> build -> train -> features, small."""
-    from bbox_sae.dataset import run_build
-    from bbox_sae.embedding import run_embed
+    from bbox_sae.build.matrix import run_build
+    from bbox_sae.embedding.stage import run_embed
     from bbox_sae.features import run_features
-    from bbox_sae.sae import run_train
-    from bbox_sae.scoring.stage import ingest, run_score
+    from bbox_sae.train.sae import run_train
+    from bbox_sae.corpus.ingest import ingest
+    from bbox_sae.scoring.stage import run_score
 
     root = tmp_path_factory.mktemp("layout")
     rng = np.random.default_rng(0)

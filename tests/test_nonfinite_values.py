@@ -58,8 +58,8 @@ def _poison_rows(hidden: torch.Tensor, input_ids: torch.Tensor, token: int) -> t
 
 
 def test_nan_logprobs_and_embeddings_are_reported_and_excluded_for_every_model(project, monkeypatch, caplog):
-    from bbox_sae.dataset import run_build
-    from bbox_sae.embedding import WordEmbedder, run_embed
+    from bbox_sae.build.matrix import run_build
+    from bbox_sae.embedding.stage import WordEmbedder, run_embed
     from bbox_sae.scoring import stage
 
     cfg = project

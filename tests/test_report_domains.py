@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bbox_sae.domains import NO_DOMAIN
+from bbox_sae.features.domains import NO_DOMAIN
 from bbox_sae.report import run_report
 from test_report_browser import browser  # noqa: F401  (the shared Chromium fixture)
 from test_report import CONTEXT_SCHEMA, FEATURES, build_output_dir, corpus_stats, embedded_data, report_config

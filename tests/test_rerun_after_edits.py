@@ -30,7 +30,7 @@ from hardening import write_project
 from bbox_sae.config import load_config
 from bbox_sae.pipeline import run_all
 from bbox_sae.stages import read_manifest
-from bbox_sae.words import word_spans
+from bbox_sae.corpus.words import word_spans
 
 WORDS = ["the", "ships", "were", "late", "Romeo", "café", "crowns", "said", "12", ",", ".", "!", "\n", "日本語", "thou"]
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

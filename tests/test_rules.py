@@ -8,12 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.dataset import performance_columns
+from bbox_sae.build.matrix import performance_columns
 from bbox_sae.features import blind_rows
-from bbox_sae.findings import group_latents
+from bbox_sae.features.findings import group_latents
 from bbox_sae.labeling import Context, context_matches
-from bbox_sae.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, normalize_form, word_attributes
-from bbox_sae.words import split_words
+from bbox_sae.features.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, normalize_form, word_attributes
+from bbox_sae.corpus.words import split_words
 
 TEXT = "I do not know. Not I.\n\nROMEO.\nIs it not so? I will not go.\n\nJULIET.\nNot now; not here. They did not.\n"
 
@@ -166,7 +166,7 @@ def _speech_corpus(n_docs: int = 200, seed: int = 0):
 
 
 def test_a_latent_mixing_groups_proposes_a_rule_per_group_and_generalizes_it():
-    from bbox_sae.findings import propose_rules
+    from bbox_sae.features.findings import propose_rules
 
     attrs, words, truth, lp_a, lp_b = _speech_corpus()
     n = len(words)
@@ -187,7 +187,7 @@ def test_a_latent_mixing_groups_proposes_a_rule_per_group_and_generalizes_it():
 
 
 def test_generalizing_stops_where_the_difference_thins_out():
-    from bbox_sae.findings import generalize
+    from bbox_sae.features.findings import generalize
 
     attrs, words, truth, lp_a, lp_b = _speech_corpus()
     scope = np.arange(len(words))
@@ -202,7 +202,7 @@ def test_generalizing_stops_where_the_difference_thins_out():
 
 
 def test_nested_rules_are_one_finding():
-    from bbox_sae.findings import nested_groups
+    from bbox_sae.features.findings import nested_groups
 
     numbers, fours, brackets = np.arange(0, 100), np.arange(0, 20), np.arange(200, 240)
     pair = (("A", "B"), 1)
@@ -215,7 +215,7 @@ def test_a_nested_group_is_said_by_the_broadest_rule_that_adds_only_differing_wo
     capitals mid-line (rows 100-139) that differ in nothing, yet still passes on its median. The group
     is said by "a word after a blank line"; a broader rule whose extra words differ too ('?' over
     "'?' after a comma") stays the head, by its log-prob difference even when its Δp is smaller."""
-    from bbox_sae.findings import group_head
+    from bbox_sae.features.findings import group_head
 
     rng = np.random.default_rng(0)
     lp_a = np.log(rng.uniform(0.05, 0.3, size=300))
@@ -237,7 +237,7 @@ def test_a_latent_group_is_one_finding_with_the_rules_inside_it_and_nothing_else
     """A latent's group of body words holds the fragment rules 'heart' and 'eyes': one finding. '?'
     (same winner) lies outside it and stays a finding of its own, and a rule of the other winner
     never joins, however the words overlap."""
-    from bbox_sae.findings import nested_groups
+    from bbox_sae.features.findings import nested_groups
 
     body, heart, eyes, question = np.arange(0, 100), np.arange(0, 20), np.arange(20, 40), np.arange(200, 240)
     key, other = (("A", "B"), 1), (("A", "B"), -1)
@@ -247,7 +247,7 @@ def test_a_latent_group_is_one_finding_with_the_rules_inside_it_and_nothing_else
 
 
 def test_a_rule_states_a_word_set_only_when_both_mostly_coincide():
-    from bbox_sae.findings import states
+    from bbox_sae.features.findings import states
 
     words = np.arange(100)
     assert states(np.arange(5, 100), words) and states(np.arange(0, 110), words)
@@ -257,7 +257,7 @@ def test_a_rule_states_a_word_set_only_when_both_mostly_coincide():
 
 
 def test_rules_after_one_word_are_said_once():
-    from bbox_sae.rules import describe_rules
+    from bbox_sae.features.rules import describe_rules
 
     mother, brother = Rule("form", "f:mother", "form", "f:my"), Rule("form", "f:brother", "form", "f:my")
     lord = Rule("form", "f:lord", "form", "f:my")
@@ -270,7 +270,7 @@ def test_a_rule_broader_than_the_difference_gives_way_to_the_next_best():
     """The latent fires on every word after 'configuration', but B wins only on 'file(s)': the best-fitting
     rule ("a lower-case word right after 'configuration'") is not a difference, so the rules that are
     come out instead of nothing."""
-    from bbox_sae.findings import propose_rules
+    from bbox_sae.features.findings import propose_rules
 
     rng = np.random.default_rng(0)
     nouns = [" file", " files", " of", " is", " management", " of", " is", " management"]
@@ -292,7 +292,7 @@ def test_a_rule_broader_than_the_difference_gives_way_to_the_next_best():
 
 
 def test_a_latent_is_a_feature_of_a_finding_only_when_the_finding_covers_it():
-    from bbox_sae.findings import expresses
+    from bbox_sae.features.findings import expresses
 
     docs, attrs = attrs_of([TEXT * 3])
     nots = np.flatnonzero(Rule("form", "f:not").mask(attrs))

@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from bbox_sae.config import config_from_dict
-from bbox_sae.sae import RowBatches, load_sae, run_dir_for, run_train
-from bbox_sae.sweep import expand_sweep, wandb_sweep_spec
+from bbox_sae.train.sae import RowBatches, load_sae, run_dir_for, run_train
+from bbox_sae.train.sweep import expand_sweep, wandb_sweep_spec
 
 
 def planted_run(tmp_path, n=12000, d=48, m=64, k=3, **sae):
@@ -168,7 +168,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_p
 
 
 def test_saved_batchtopk_model_matches_training_mode_after_100_steps(tmp_path):
-    from bbox_sae.sae import evaluate
+    from bbox_sae.train.sae import evaluate
 
     cfg, _ = planted_run(tmp_path, n=6000, architecture="batchtopk", k=4, batch_size=256, total_rows=100 * 256, dead_feature_window=10)
     metrics = run_train(cfg)
@@ -192,7 +192,7 @@ def test_saved_batchtopk_model_matches_training_mode_after_100_steps(tmp_path):
 
 def test_a_run_too_short_for_its_dead_window_warns(tmp_path, caplog):
     cfg, _ = planted_run(tmp_path, n=3000, total_rows=30 * 512, dead_feature_window=100)
-    with caplog.at_level("WARNING", logger="bbox_sae.sae"):
+    with caplog.at_level("WARNING", logger="bbox_sae.train.sae"):
         metrics = run_train(cfg)
     assert len(metrics["warnings"]) == 1 and "30 training steps < 2 x sae.dead_feature_window (100)" in metrics["warnings"][0]
     assert "sae.total_rows >= 102400" in caplog.text

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 
 from bbox_sae.config import config_from_dict
-from bbox_sae.sae import RowBatches, sample_weights
+from bbox_sae.train.sae import RowBatches, sample_weights
 
 
 def test_weighted_batches_draw_rows_in_proportion_and_replay_the_same():

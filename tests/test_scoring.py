@@ -7,11 +7,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.align import align_logprobs
+from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.base import plan_windows
 from bbox_sae.scoring.hf import HFScorer
-from bbox_sae.words import word_spans
+from bbox_sae.corpus.words import word_spans
 
 KINDS = ["smollm2", "gemma", "minilm"]
 START = {"smollm2": "<|endoftext|>", "gemma": None, "minilm": "[CLS]"}

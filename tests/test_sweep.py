@@ -2,7 +2,7 @@ import csv
 
 import yaml
 
-from bbox_sae.sweep import MAX_L0_OFF_K, run_flags, run_sweep
+from bbox_sae.train.sweep import MAX_L0_OFF_K, run_flags, run_sweep
 from test_sae import planted_run
 
 

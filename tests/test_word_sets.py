@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from bbox_sae.features.latent_sets import context_groups, group_forms
 from bbox_sae.features.word_sets import WordSet, describe_word_set
-from bbox_sae.rules import Rule, word_attributes
+from bbox_sae.features.rules import Rule, word_attributes
 
 WORDS = [" is", " installed", " used", " the", " disk", " heart", " my", " lord", " stored", ".", "\n\n", " truly", " was"]
 
@@ -69,7 +69,7 @@ def test_context_groups_keep_a_class_whole_and_unrelated_words_apart():
 
 
 def test_a_group_joins_its_rules_only_when_its_other_words_differ_too():
-    from bbox_sae.findings import adds_the_difference
+    from bbox_sae.features.findings import adds_the_difference
 
     lp_a, lp_b = np.zeros(100), np.full(100, -2.0)  # A ahead by 2 nats everywhere
     rules, group = np.arange(0, 20), np.arange(0, 60)

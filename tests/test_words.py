@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.words import split_words, word_spans
+from bbox_sae.corpus.words import split_words, word_spans
 
 # Text built from the hard cases: emoji, CJK, combining marks, tabs, CRLF, NBSP, and edges of whitespace.
 PIECES = st.sampled_from(

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from bbox_sae.errors import BBoxError
-from bbox_sae.sweep import run_sweep
+from bbox_sae.train.sweep import run_sweep
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ import torch
 
 from bbox_sae.config import load_config, save_resolved
 from bbox_sae.errors import BBoxError
-from bbox_sae.sae import run_train
+from bbox_sae.train.sae import run_train
 
 
 def main(argv=None) -> int:

@@ -6,13 +6,13 @@ performance columns made equal, so the ranking never sees which model won). On t
 after the paper's percentile rule, Δ = log p_A − log p_B statistics on train (median, mean,
 median Δp, sign consistency, bootstrap CI) select; the same statistics on the holdout top words
 test (Wilcoxon p, BH q across latents, same sign and at least half the size). A latent passing
-both gets its best context rule (`rules.py`), whose held-out F1 measures coherence; `kept`
-latents (optionally with `min_rule_f1`) are grouped into findings (`findings.py`). With the
+both gets its best context rule (`features.rules`), whose held-out F1 measures coherence; `kept`
+latents (optionally with `min_rule_f1`) are grouped into findings (`features.findings`). With the
 default `test: rule`, latents propose context rules and their own groups of words instead, each
 tested on every held-out word it covers.
 
 Modules: `encoders` (SAE / baselines, Δ-blind ranking, the chunked pass over rows),
-`activations` (top activations, firing), `statistics` (Δ tests and filters), `grouping`
+`activations` (top activations, firing), `feature_table` (Δ tests and filters), `significance` (the tests themselves), `rules` and `findings` (context rules, grouping latents), `domains`, `grouping`
 (rules and findings), `latent_sets` (a latent's groups of words), `word_sets` (a group said in
 words, and its judge), `contexts` (text around a row's word), `stage` (`run_features`).
 """

@@ -9,7 +9,7 @@ import pyarrow as pa
 import torch
 
 from bbox_sae.features.encoders import Encoder, encode_rows
-from bbox_sae.stats import StreamingTopN, percentile_rule
+from bbox_sae.features.significance import StreamingTopN, percentile_rule
 
 
 @dataclass

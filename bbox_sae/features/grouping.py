@@ -11,14 +11,14 @@ import numpy as np
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
-from bbox_sae.features.statistics import pair_stats
+from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.latent_sets import latent_sets
 from bbox_sae.features.word_sets import WordSet, describe_word_set
-from bbox_sae.findings import (
+from bbox_sae.features.findings import (
     LatentRule, adds_the_difference, expresses, group_head, group_latents, mine_rule, nested_groups, propose_rules, rule_words, states, top_forms,
 )
-from bbox_sae.rules import Rule, RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
-from bbox_sae.stats import bh_qvalues
+from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.significance import bh_qvalues
 
 # Part of the features stage's key: findings made by an older grouping are made again.
 # 2: a nested group is said by its broadest rule only when the words it adds differ too, and

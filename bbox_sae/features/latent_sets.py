@@ -1,7 +1,7 @@
 """Latent-defined findings: the groups of words a latent carries a difference on, said by their
 word forms, chosen on train alone.
 
-A rule of the grammar (`bbox_sae.rules`) says one word form or class plus one left context. What
+A rule of the grammar (`bbox_sae.features.rules`) says one word form or class plus one left context. What
 an SAE latent carries is often a group no such rule states: a class of nouns of one kind, words of
 one ending after a few function words. Here the latent proposes the group itself:
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left
-from bbox_sae.rules import WordAttributes
-from bbox_sae.stats import coherence
+from bbox_sae.features.rules import WordAttributes
+from bbox_sae.features.significance import coherence
 
 GROUP_COSINE = 0.3  # k-means clusters of one latent's carrying words whose centroids are at least this close are one group
 CLUSTER_WORDS = 25  # about this many carrying words per k-means cluster...

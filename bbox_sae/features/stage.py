@@ -10,13 +10,13 @@ import pyarrow.compute as pc
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config
-from bbox_sae.dataset import open_matrix
-from bbox_sae.domains import domain_stats
+from bbox_sae.build.matrix import open_matrix
+from bbox_sae.features.domains import domain_stats
 from bbox_sae.features.activations import TopActivations, firing, top_activations, top_records
 from bbox_sae.features.contexts import contexts_table, word_attributes_by_position, words_by_row
 from bbox_sae.features.encoders import Encoder, make_encoder
 from bbox_sae.features.grouping import add_rules_and_findings, rule_tested_findings
-from bbox_sae.features.statistics import apply_filters, corpus_stats, feature_rows, print_summary
+from bbox_sae.features.feature_table import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
 

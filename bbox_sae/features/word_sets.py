@@ -1,7 +1,7 @@
 """A group of words the SAE isolated, said in words without pretending to be a rule.
 
 A latent-defined finding is a set of words chosen by the SAE (`latent_sets.py`), not by a rule
-of the grammar in `bbox_sae.rules`. Offline it is said by what its train words share: the word
+of the grammar in `bbox_sae.features.rules`. Offline it is said by what its train words share: the word
 forms it is made of (all of them are kept, so a reader can check any word against the list),
 a suffix nearly all of them end in ("-ed"), and a left context nearly all of them follow ("right
 after an auxiliary verb"). The same statement is its own judge: a word fits when its form is
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.rules import Rule, WordAttributes, _phrase, word_attributes
+from bbox_sae.features.rules import Rule, WordAttributes, _phrase, word_attributes
 
 SUFFIX_SHARE = 0.9  # share of the set's train words a suffix must end
 SUFFIX_MIN_FORMS = 5  # a suffix of fewer distinct forms says no more than the list

@@ -14,7 +14,7 @@ import pyarrow as pa
 from bbox_sae.config import Config
 from bbox_sae.features import firing, make_encoder, open_rows, word_attributes_by_position, words_by_row
 from bbox_sae.labeling.records import train_top_contexts
-from bbox_sae.rules import Rule, cover_outside
+from bbox_sae.features.rules import Rule, cover_outside
 
 
 def train_top_rows(contexts: pa.Table, index: pa.Table) -> dict[int, np.ndarray]:

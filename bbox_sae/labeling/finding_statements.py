@@ -30,8 +30,8 @@ from bbox_sae.labeling.heuristic import context_matches, judged
 from bbox_sae.labeling.llm import label_with_llm
 from bbox_sae.labeling.records import Comparison, Context, FeatureExamples, LabelResult, context_of
 from bbox_sae.layout import RunLayout
-from bbox_sae.rules import normalize_form, rules_from_json
-from bbox_sae.words import split_words
+from bbox_sae.features.rules import normalize_form, rules_from_json
+from bbox_sae.corpus.words import split_words
 
 # finding_labels.parquet
 FINDING_LABEL_SCHEMA = pa.schema(

@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
-from bbox_sae.rules import Rule, describe_rules, normalize_form, word_attributes
-from bbox_sae.words import split_words
+from bbox_sae.features.rules import Rule, describe_rules, normalize_form, word_attributes
+from bbox_sae.corpus.words import split_words
 
 _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a description
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...

@@ -17,7 +17,7 @@ import torch
 from bbox_sae.config import Config
 from bbox_sae.features import Encoder, contexts_table, encode_rows, make_encoder, open_rows, words_by_row
 from bbox_sae.labeling.records import train_top_contexts
-from bbox_sae.rules import normalize_form
+from bbox_sae.features.rules import normalize_form
 
 
 def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from bbox_sae.layout import logprob_column
 from bbox_sae.features.word_sets import WordSet
-from bbox_sae.rules import Rule, rules_from_json
+from bbox_sae.features.rules import Rule, rules_from_json
 
 FEATURE_COLUMNS = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp"]
 CONTEXT_COLUMNS = ["latent", "split", "rank", "left", "word", "right"]

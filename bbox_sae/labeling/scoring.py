@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bbox_sae.labeling.records import Context, FeatureExamples
-from bbox_sae.rules import normalize_form
-from bbox_sae.words import split_words
+from bbox_sae.features.rules import normalize_form
+from bbox_sae.corpus.words import split_words
 
 
 @dataclass(frozen=True)

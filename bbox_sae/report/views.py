@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from bbox_sae.config import ReportConfig
-from bbox_sae.domains import NO_DOMAIN
+from bbox_sae.features.domains import NO_DOMAIN
 from bbox_sae.layout import logprob_column
 from bbox_sae.report.inputs import ReportInputs
 from bbox_sae.report.markup import num

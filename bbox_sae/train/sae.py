@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_text
 from bbox_sae.config import Config, SAEConfig
-from bbox_sae.dataset import ENCODE_CHUNK_ROWS, matrix_chunks, open_matrix
+from bbox_sae.build.matrix import ENCODE_CHUNK_ROWS, matrix_chunks, open_matrix
 from bbox_sae.errors import ArtifactError, NumericalError
 from bbox_sae.layout import SaeRunLayout, checkpoint_complete, logprob_column
 

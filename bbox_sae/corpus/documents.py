@@ -17,10 +17,10 @@ from typing import Iterable
 import pyarrow as pa
 
 from bbox_sae.config import Config, CorpusConfig
-from bbox_sae.corpus_files import Document, iter_documents, walk_files
+from bbox_sae.corpus.files import Document, iter_documents, walk_files
 from bbox_sae.errors import CorpusError
 from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
-from bbox_sae.words import word_spans
+from bbox_sae.corpus.words import word_spans
 
 log = logging.getLogger(__name__)
 

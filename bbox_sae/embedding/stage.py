@@ -20,12 +20,12 @@ import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
-from bbox_sae.align import token_word_ranges
+from bbox_sae.scoring.align import token_word_ranges
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table
 from bbox_sae.config import Config, EmbeddingConfig
-from bbox_sae.corpus import shard_key, shard_ranges
+from bbox_sae.corpus.documents import shard_key, shard_ranges
 from bbox_sae.errors import ArtifactError, ConfigError
-from bbox_sae.words import word_spans
+from bbox_sae.corpus.words import word_spans
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A modern-prose evaluation corpus: the Debian Administrator's Handbook (Debian package
 `debian-handbook`, English HTML, CC BY-SA / GPL-2+).
 
-`python -m bbox_sae.prose_corpus DIR` fetches the .deb once with `apt-get download` (the
+`python -m bbox_sae.corpus.prose DIR` fetches the .deb once with `apt-get download` (the
 package registry, no install), keeps the running prose of the English edition (its
 `<div class="para">` blocks: no code listings, tables or menus), and cuts each chapter into
 documents of about 200 words at paragraph ends, paragraphs separated by a blank line.
