@@ -27,7 +27,8 @@ def install(target: int, signal_file: Path | None, set_attr) -> dict:
     """Wrap the kill points with `set_attr(obj, name, value)` (setattr, or a MonkeyPatch's)."""
     import pyarrow.parquet as pq
 
-    from bbox_sae import artifacts, sae
+    from bbox_sae import artifacts
+    from bbox_sae.train import sae
 
     counter = {"n": 0, "points": []}
 

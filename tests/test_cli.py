@@ -420,7 +420,7 @@ def test_every_stage_has_a_command_and_run_runs_them_in_registry_order(project, 
 
 def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monkeypatch):
     """A stage that fails leaves no record: its old outputs can no longer pass for current."""
-    from bbox_sae import embedding
+    from bbox_sae.embedding import stage as embedding
 
     assert run_until(capsys, project)[0] == 0
 

@@ -382,7 +382,7 @@ def test_domain_reaches_documents_parquet(tmp_path):
 
 def test_demo_corpus_domains_are_the_works(tmp_path):
     """The demo's JSONL names each document's work (play or poem) as its domain; ingest keeps it."""
-    from bbox_sae import demo_corpus
+    from bbox_sae.corpus import demo as demo_corpus
     from bbox_sae.artifacts import read_table
     from bbox_sae.corpus.ingest import ingest
 

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from bbox_sae.artifacts import read_table
-from bbox_sae.config import config_from_dict
 from bbox_sae.features import cut_context, run_features
 from planted import planted_pipeline
 from bbox_sae.features.significance import (
@@ -198,7 +197,7 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     """On a trained SAE: what a kept latent's label adds beyond its finding ("; the latent also
     fires on ...") is exactly its broader rules, each matching train words on which the latent
     fires at least half the time, and none of them inside the finding's own rules."""
-    from bbox_sae.features import firing, make_encoder, open_rows
+    from bbox_sae.features import feature_source, firing, make_encoder, open_rows
     from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.labeling.broader import broader_rules
     from bbox_sae.labeling.records import latent_rules
@@ -209,7 +208,7 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     features = read_table(cfg.paths.features)
     kept = features.filter(pc.field("kept"))
     rules_of = latent_rules(kept, read_table(cfg.paths.findings))
-    broader = broader_rules(cfg, "sae", read_table(cfg.paths.contexts), rules_of)
+    broader = broader_rules(feature_source(cfg), read_table(cfg.paths.contexts), rules_of)
     assert set(broader) == set(kept["latent"].to_pylist())
     assert any(broader.values()), "the planted run has a latent broader than its finding ('were' after 'if' and 'was')"
     from bbox_sae.evaluation.planted import _row_attributes

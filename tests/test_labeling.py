@@ -49,7 +49,7 @@ def fixture_negatives(monkeypatch):
     """The label stage's negatives are the fixture's `negative` (and `contrast`) rows."""
     import bbox_sae.labeling.stage as stage
 
-    monkeypatch.setattr(stage, "draw_negatives", lambda cfg, source, forms, contrast=0, members_of=None: pq.read_table(cfg.out / NEGATIVES))
+    monkeypatch.setattr(stage, "draw_negatives", lambda src, forms, contrast=0, members_of=None: pq.read_table(src.cfg.out / NEGATIVES))
 
 
 def write_fixture(out: Path, latents: list[dict]) -> None:

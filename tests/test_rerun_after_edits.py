@@ -95,7 +95,7 @@ def assert_same_as_fresh(stale: Path, fresh: Path) -> None:
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, tiny_lm, tiny_encoder):
     """Loaded models are reused across examples (they never change); fsync is skipped (durability is not under test)."""
-    from bbox_sae import embedding
+    from bbox_sae.embedding import stage as embedding
     from bbox_sae.scoring import stage
 
     root = tmp_path_factory.mktemp("edits")

@@ -8,7 +8,8 @@ import torch
 import yaml
 
 from bbox_sae.config import config_from_dict
-from bbox_sae.train.sae import RowBatches, load_sae, run_dir_for, run_train
+from bbox_sae.train.model import load_sae
+from bbox_sae.train.sae import RowBatches, run_dir_for, run_train
 from bbox_sae.train.sweep import expand_sweep, wandb_sweep_spec
 
 
@@ -86,7 +87,7 @@ def test_wandb_offline_run_has_the_logged_keys(tmp_path):
 
 def test_resume_continues_the_step_count(tmp_path, monkeypatch):
     cfg, _ = planted_run(tmp_path, n=4000, epochs=6, checkpoint_every=10)
-    from bbox_sae import sae as sae_mod
+    from bbox_sae.train import sae as sae_mod
 
     interrupt_training_at_batch(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
     with pytest.raises(KeyboardInterrupt):
@@ -168,7 +169,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_p
 
 
 def test_saved_batchtopk_model_matches_training_mode_after_100_steps(tmp_path):
-    from bbox_sae.train.sae import evaluate
+    from bbox_sae.train.model import evaluate
 
     cfg, _ = planted_run(tmp_path, n=6000, architecture="batchtopk", k=4, batch_size=256, total_rows=100 * 256, dead_feature_window=10)
     metrics = run_train(cfg)

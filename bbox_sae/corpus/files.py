@@ -11,22 +11,21 @@ Bad input is a one-line `CorpusError` naming file, line (or row) and field.
 
 from __future__ import annotations
 
-import codecs
-import gzip
-import io
 import json
 import logging
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bbox_sae.config import CorpusConfig
+from bbox_sae.corpus.sniff import ACCEPTED, COMPRESSION_MAGIC, DELIMITED_SUFFIXES, FileKind, decompression_errors, open_compressed, sniff, unsupported
 from bbox_sae.errors import CorpusError
+
+PARQUET_BATCH_ROWS = 1024
 
 log = logging.getLogger(__name__)
 
@@ -71,28 +70,11 @@ def _json_lines(path: Path, compression: str | None) -> Iterator[tuple[int, byte
         return
     lineno = 0
     try:
-        with _open_compressed(path, compression) as fh:
+        with open_compressed(path, compression) as fh:
             for lineno, raw in enumerate(fh, start=1):
                 yield lineno, raw
-    except _decompression_errors() as err:
+    except decompression_errors() as err:
         raise CorpusError(f"{path}:{lineno + 1}: corrupt {compression} data ({err})") from None
-
-
-def _open_compressed(path: Path, compression: str) -> BinaryIO:
-    if compression == "gzip":
-        return gzip.open(path, "rb")
-    import zstandard
-
-    # Shards written by several zstd processes (and `cat`-joined ones) hold several frames.
-    reader = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True, closefd=True)
-    return io.BufferedReader(reader)
-
-
-def _decompression_errors() -> tuple[type[BaseException], ...]:
-    import zstandard
-
-    # gzip.BadGzipFile is an OSError; a truncated stream raises EOFError.
-    return (OSError, EOFError, zlib.error, zstandard.ZstdError)
 
 
 def read_jsonl(path: Path, cfg: CorpusConfig, compression: str | None = None) -> Iterator[Document]:
@@ -225,106 +207,6 @@ def read_hf(cfg: CorpusConfig) -> Iterator[Document]:
         yield _document(row, f"{cfg.path}:row {i}", cfg, default_id=str(i))
 
 
-# ---------------------------------------------------------------- format detection
-
-PARQUET_BATCH_ROWS = 1024
-SNIFF_BYTES = 4096
-ACCEPTED = "accepted: JSONL (plain, .gz or .zst), Parquet, UTF-8 .txt, a saved Hugging Face dataset folder"
-# Formats recognised by their first bytes only to be named in the error.
-UNSUPPORTED_MAGIC = [
-    (b"PK\x03\x04", "zip archive"),
-    (b"\xfd7zXZ\x00", "xz-compressed"),
-    (b"7z\xbc\xaf\x27\x1c", "7z archive"),
-    (b"\x04\x22\x4d\x18", "lz4-compressed"),
-    (b"ARROW1", "Arrow IPC file"),
-    (b"SQLite format 3\x00", "SQLite database"),
-    (b"%PDF-", "PDF"),
-    (b"\xff\xfe", "UTF-16 text"),
-    (b"\xfe\xff", "UTF-16 text"),
-]
-COMPRESSION_MAGIC = [(b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd")]
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-# Tables as text: read as a plain text file they would be one document of raw rows.
-DELIMITED_SUFFIXES = {".csv": "CSV", ".tsv": "TSV"}
-NAMED_BINARY_SUFFIXES = {".parquet": "Parquet", ".gz": "gzip data", ".zst": "zstd data"}
-
-
-@dataclass(frozen=True)
-class FileKind:
-    format: str  # parquet | jsonl | txt | text (UTF-8 text not named .txt: a document alone, skipped in folders)
-    compression: str | None = None
-
-
-def _unsupported(path: Path, what: str) -> CorpusError:
-    return CorpusError(f"{path}: unsupported corpus file ({what}); {ACCEPTED}")
-
-
-def _is_bzip2(head: bytes) -> bool:
-    return head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90")
-
-
-def _has_parquet_footer(path: Path) -> bool:
-    if path.stat().st_size < 8:
-        return False
-    with open(path, "rb") as fh:
-        fh.seek(-4, io.SEEK_END)
-        return fh.read(4) == b"PAR1"
-
-
-def _starts_like_json_object(head: bytes) -> bool:
-    return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"{"
-
-
-def _is_utf8_text(head: bytes) -> bool:
-    try:
-        # Not final: the head may end inside a multi-byte character.
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return False
-    return b"\x00" not in head
-
-
-def sniff(path: Path) -> FileKind:
-    """A corpus file's format from its first bytes, then its name; an unsupported one is an error naming it.
-
-    The readable binary formats (Parquet, gzip, zstd) are told by content whatever the name; a
-    file named .jsonl or .txt is otherwise read as such, so its errors name the line.
-    """
-    with open(path, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
-    suffix = path.suffix.lower()
-    if head.startswith(b"PAR1") and _has_parquet_footer(path):
-        return FileKind("parquet")
-    for magic, compression in COMPRESSION_MAGIC:
-        if head.startswith(magic):
-            try:
-                with _open_compressed(path, compression) as fh:
-                    inner = fh.read(SNIFF_BYTES)
-            except _decompression_errors() as err:
-                raise CorpusError(f"{path}:1: corrupt {compression} data ({err})") from None
-            if inner.strip() and not _starts_like_json_object(inner):
-                raise _unsupported(path, f"{compression}-compressed, but not JSONL")
-            return FileKind("jsonl", compression)
-    if suffix == ".parquet" and head.startswith(b"PAR1"):
-        raise CorpusError(f"{path}: truncated Parquet file (no footer); was it still being written?")
-    if suffix in NAMED_BINARY_SUFFIXES:
-        # A name promising a binary format the content lacks is a mistake worth naming.
-        first = head[:8].hex(" ") or "none: empty file"
-        raise CorpusError(f"{path}: named {suffix} but not {NAMED_BINARY_SUFFIXES[suffix]} (first bytes {first})")
-    if suffix in JSONL_SUFFIXES:
-        return FileKind("jsonl")
-    if suffix == ".txt":
-        return FileKind("txt")
-    if _is_bzip2(head):
-        raise _unsupported(path, "bzip2-compressed")
-    for magic, what in UNSUPPORTED_MAGIC:
-        if head.startswith(magic):
-            raise _unsupported(path, what)
-    if _is_utf8_text(head):
-        return FileKind("jsonl" if _starts_like_json_object(head) else "text")
-    raise _unsupported(path, f"binary, first bytes {head[:8].hex(' ')}")
-
-
 def _hidden(rel: Path) -> bool:
     # Dot files (.DS_Store, .gitattributes) and Spark/Parquet bookkeeping (_SUCCESS, _metadata).
     return any(part.startswith((".", "_")) for part in rel.parts)
@@ -426,5 +308,5 @@ def iter_documents(cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> Iterator[
     kind = _file_kind(path, cfg.format)
     if kind.format == "text" and path.suffix.lower() in DELIMITED_SUFFIXES:
         what = DELIMITED_SUFFIXES[path.suffix.lower()]
-        raise _unsupported(path, f"{what}; convert it to Parquet or JSONL with a '{cfg.text_field}' column")
+        raise unsupported(path, f"{what}; convert it to Parquet or JSONL with a '{cfg.text_field}' column")
     return _read_file(path, kind, cfg, name="")

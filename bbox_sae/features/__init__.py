@@ -13,18 +13,19 @@ tested on every held-out word it covers.
 
 Modules: `encoders` (SAE / baselines, Δ-blind ranking, the chunked pass over rows),
 `activations` (top activations, firing), `feature_table` (Δ tests and filters), `significance` (the tests themselves), `rules` and `findings` (context rules, grouping latents), `domains`, `grouping`
-(rules and findings), `latent_sets` (a latent's groups of words), `word_sets` (a group said in
+(the findings strategies' inputs, and `test: top`), `tested_findings` (`test: rule`), `source` (the rows, words and encoder, opened once per command), `latent_sets` (a latent's groups of words), `word_sets` (a group said in
 words, and its judge), `contexts` (text around a row's word), `stage` (`run_features`).
 """
 
 from bbox_sae.features.activations import TopActivations, firing, top_activations, top_words
 from bbox_sae.features.contexts import contexts_table, cut_context, word_attributes_by_position, words_by_row
 from bbox_sae.features.encoders import Encoder, blind_rows, encode_rows, make_encoder, ranking_encoder
-from bbox_sae.features.stage import Matrix, features_layout, open_rows, run_features
+from bbox_sae.features.source import FeatureSource, Matrix, feature_source, open_rows
+from bbox_sae.features.stage import features_layout, run_features
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA
 
 __all__ = [
-    "Encoder", "FEATURE_SCHEMA", "FINDING_SCHEMA", "Matrix", "TESTED_RULE_SCHEMA", "TopActivations", "blind_rows",
-    "contexts_table", "cut_context", "encode_rows", "features_layout", "firing", "make_encoder", "open_rows",
+    "Encoder", "FEATURE_SCHEMA", "FINDING_SCHEMA", "FeatureSource", "Matrix", "TESTED_RULE_SCHEMA", "TopActivations", "blind_rows",
+    "contexts_table", "cut_context", "encode_rows", "feature_source", "features_layout", "firing", "make_encoder", "open_rows",
     "ranking_encoder", "run_features", "top_activations", "top_words", "word_attributes_by_position", "words_by_row",
 ]

@@ -29,7 +29,7 @@ def sae_encoder(sae) -> Encoder:
 
 def random_sae_encoder(cfg: Config, d_in: int, mean: np.ndarray) -> Encoder:
     """An untrained TopK SAE of the trained one's shape (per-row top-k, so it can encode any row)."""
-    from bbox_sae.train.sae import make_training_sae
+    from bbox_sae.train.model import make_training_sae
 
     torch.manual_seed(cfg.sae.seed)
     random_cfg = cfg.sae.model_copy(update={"architecture": "topk"})
@@ -94,7 +94,7 @@ def encode_rows(encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_row
 def make_encoder(cfg: Config, source: str, matrix: np.ndarray, train_rows: np.ndarray, info: dict) -> tuple[Encoder, int]:
     """The ranking encoder of a feature source (`sae`, `random`, `kmeans`) and its width: the
     activations the features stage chose examples by, so later stages see the same latents."""
-    from bbox_sae.train.sae import load_sae, sample_mean
+    from bbox_sae.train.model import load_sae, sample_mean
 
     if source == "random":
         encode, d_sae = random_sae_encoder(cfg, matrix.shape[1], sample_mean(matrix, train_rows, cfg.sae.seed)), cfg.sae.d_sae

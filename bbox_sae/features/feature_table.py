@@ -70,26 +70,27 @@ def feature_rows(
     return out
 
 
-def apply_filters(rows: list[dict], fcfg: FeaturesConfig) -> None:
-    """Adds q_value, paper_rule, kept and better_model.
+def apply_filters(rows: list[dict], fcfg: FeaturesConfig) -> list[dict]:
+    """The rows with q_value, paper_rule, passes_delta, kept and better_model added.
 
     q-values (BH, per pair, across latents) come from the holdout test, so significance is never
     computed on the words whose Δ chose them."""
-    pairs = sorted({(r["model_a"], r["model_b"]) for r in rows})
-    for pair in pairs:
-        mine = [r for r in rows if (r["model_a"], r["model_b"]) == pair]
-        q = bh_qvalues(np.array([r["holdout_p_value"] for r in mine], dtype=np.float64))
-        for r, qv in zip(mine, q):
-            r["q_value"] = float(qv)
-    for r in rows:
-        med, mdp = r["median_dlogp"], r["median_dp"]
-        r["paper_rule"] = bool(abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp)
-        significant = (not fcfg.require_significance) or (np.isfinite(r["q_value"]) and r["q_value"] < fcfg.q_threshold)
+    q_of: dict[int, float] = {}
+    for pair in sorted({(r["model_a"], r["model_b"]) for r in rows}):
+        mine = [i for i, r in enumerate(rows) if (r["model_a"], r["model_b"]) == pair]
+        q = bh_qvalues(np.array([rows[i]["holdout_p_value"] for i in mine], dtype=np.float64))
+        q_of.update({i: float(qv) for i, qv in zip(mine, q)})
+    out = []
+    for i, r in enumerate(rows):
+        med, mdp, q_value = r["median_dlogp"], r["median_dp"], q_of[i]
+        paper_rule = bool(abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp)
+        significant = (not fcfg.require_significance) or (np.isfinite(q_value) and q_value < fcfg.q_threshold)
         valid = (not fcfg.require_generalize) or r["generalizes"]
         enough = r["n_top"] >= fcfg.min_activations and r["holdout_n"] >= fcfg.min_activations
-        r["passes_delta"] = bool(r["paper_rule"] and significant and valid and enough)
-        r["kept"] = r["passes_delta"]
-        r["better_model"] = r["model_a"] if med > 0 else r["model_b"] if med < 0 else None
+        passes = bool(paper_rule and significant and valid and enough)
+        better = r["model_a"] if med > 0 else r["model_b"] if med < 0 else None
+        out.append({**r, "q_value": q_value, "paper_rule": paper_rule, "passes_delta": passes, "kept": passes, "better_model": better})
+    return out
 
 
 def corpus_stats(index: pa.Table, models: list[str], pairs: list[tuple[str, str]], n_docs: int) -> dict:

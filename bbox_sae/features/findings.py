@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, best_rule, fit_rule, normalize_form, ranked_rules
+from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, best_rule, fit_rule, normalize_form, ranked_rules
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,22 @@
-"""Findings from latents: `features.test: top` mines one rule per latent that passes the Δ tests
-and groups kept latents (`add_rules_and_findings`); `test: rule` tests what latents propose,
-context rules and their own groups of words, and groups what passes (`rule_tested_findings`)."""
+"""Findings from latents, two strategies with one signature: each takes the feature rows and a
+frozen `FindingInputs`, and returns `FindingTables` (the feature rows with their rule, `kept`
+and findings filled in, as new rows). `features.test: top` mines one rule per latent that passes
+the Δ tests and groups kept latents (`top_tested_findings`, here); `test: rule` tests what latents
+propose, context rules and their own groups of words, and groups what passes
+(`tested_findings.rule_tested_findings`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.feature_table import pair_stats
-from bbox_sae.features.latent_sets import latent_sets
-from bbox_sae.features.word_sets import WordSet, describe_word_set
-from bbox_sae.features.findings import (
-    LatentRule, adds_the_difference, expresses, group_head, group_latents, mine_rule, nested_groups, propose_rules, rule_words, states, top_forms,
-)
-from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
-from bbox_sae.features.significance import bh_qvalues
+from bbox_sae.features.findings import LatentRule, group_latents, mine_rule, top_forms
+from bbox_sae.features.rules import WordAttributes, rules_to_json
 
 # Part of the features stage's key: findings made by an older grouping are made again.
 # 2: a nested group is said by its broadest rule only when the words it adds differ too, and
@@ -27,7 +25,7 @@ from bbox_sae.features.significance import bh_qvalues
 FINDINGS_VERSION = 4
 
 
-def _rule_columns(fit: LatentRule | None) -> dict:
+def rule_columns(fit: LatentRule | None) -> dict:
     if fit is None:
         return {"rule": None, "rule_json": None, "rule_precision": None, "rule_recall": None, "rule_f1": None}
     return {
@@ -39,16 +37,49 @@ def _rule_columns(fit: LatentRule | None) -> dict:
     }
 
 
-def add_rules_and_findings(
-    feats: list[dict], top: TopActivations, fires_of: Callable[[list[int]], np.ndarray], attrs: WordAttributes,
-    rows_by_split: dict[str, np.ndarray], lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, fcfg: FeaturesConfig, seed: int,
-    tested_rules: list[dict], context: np.ndarray, finding_words: list[tuple[int, str, np.ndarray]],
-) -> list[dict]:
+@dataclass(frozen=True)
+class FindingInputs:
+    """What a findings strategy reads; none of it is changed."""
+
+    top: TopActivations
+    fires_of: Callable[[list[int]], np.ndarray]  # latents -> (rows, latents) bool
+    attrs: WordAttributes  # by matrix row
+    rows_by_split: Mapping[str, np.ndarray]
+    lp_by_row: Mapping[str, np.ndarray]
+    words_by_row: np.ndarray
+    context: np.ndarray  # the context part of every row (latent word sets group by it)
+    fcfg: FeaturesConfig
+    seed: int
+
+
+@dataclass(frozen=True)
+class FindingTables:
+    """A strategy's result: the feature rows completed, the findings, every tested candidate, and
+    each finding's words as (finding, split, rows)."""
+
+    features: list[dict]
+    findings: list[dict]
+    tested_rules: list[dict]
+    finding_words: list[tuple[int, str, np.ndarray]]
+
+
+def number_by_effect(
+    findings: list[dict], finding_words: list[tuple[int, str, np.ndarray]],
+) -> tuple[list[dict], list[tuple[int, str, np.ndarray]], dict[int, int]]:
+    """Findings numbered by effect size, finding 0 the largest difference, their words renumbered
+    alike, and the map from old numbers to new."""
+    order = sorted(range(len(findings)), key=lambda i: -abs(findings[i]["holdout_median_dlogp"]))
+    renumber = {old: new for new, old in enumerate(order)}
+    numbered = [dict(findings[old], finding=new) for new, old in enumerate(order)]
+    return numbered, [(renumber[f], split, rows) for f, split, rows in finding_words], renumber
+
+
+def top_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> FindingTables:
     """Mine a rule for every latent that passes the Δ tests, apply the coherence requirement, group
-    kept latents into findings; returns the findings' rows, and appends each finding's words (its
-    members' top words) to `finding_words`."""
+    kept latents into findings; a finding's words are its members' top words."""
+    top, attrs, fcfg, rows_by_split = inputs.top, inputs.attrs, inputs.fcfg, inputs.rows_by_split
     candidates = sorted({r["latent"] for r in feats if r["passes_delta"]})
-    fires = fires_of(candidates)
+    fires = inputs.fires_of(candidates)
     column = {latent: j for j, latent in enumerate(candidates)}
     rules: dict[int, LatentRule | None] = {}
     for latent in candidates:
@@ -56,32 +87,33 @@ def add_rules_and_findings(
             attrs, top_words(top, "train", latent), top_words(top, "holdout", latent), fires[:, column[latent]],
             rows_by_split["train"], rows_by_split["holdout"], fcfg.rule_min_share,
         )
+    features = []
     for r in feats:
-        r.update(_rule_columns(rules.get(r["latent"])))
+        r = {**r, **rule_columns(rules.get(r["latent"]))}
         coherent = r["rule_f1"] is not None and r["rule_f1"] >= fcfg.min_rule_f1
-        r["kept"] = bool(r["passes_delta"] and coherent)
-        r["finding"] = None
-    kept = [r for r in feats if r["kept"]]
+        features.append({**r, "kept": bool(r["passes_delta"] and coherent), "finding": None})
+    kept = [i for i, r in enumerate(features) if r["kept"]]
     groups = group_latents(
-        [(r["model_a"], r["model_b"], r["better_model"]) for r in kept],
-        [r["rule"] for r in kept],
-        [top_words(top, "holdout", r["latent"]) for r in kept],
-        fires[:, [column[r["latent"]] for r in kept]] if kept else np.zeros((0, 0), bool),
+        [(features[i]["model_a"], features[i]["model_b"], features[i]["better_model"]) for i in kept],
+        [features[i]["rule"] for i in kept],
+        [top_words(top, "holdout", features[i]["latent"]) for i in kept],
+        fires[:, [column[features[i]["latent"]] for i in kept]] if kept else np.zeros((0, 0), bool),
         fcfg.finding_overlap,
     )
-    findings = []
+    findings: list[dict] = []
+    finding_words: list[tuple[int, str, np.ndarray]] = []
     for g in groups:
-        members = [kept[i] for i in g]
+        members = [features[kept[i]] for i in g]
         latents = [m["latent"] for m in members]
         train_rows = np.unique(np.concatenate([top_words(top, "train", m) for m in latents]))
         holdout_rows = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
         a, b = members[0]["model_a"], members[0]["model_b"]
-        stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
+        stats = pair_stats(train_rows, holdout_rows, inputs.lp_by_row[a], inputs.lp_by_row[b], fcfg.bootstrap_samples, inputs.seed)
         union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
         fit = mine_rule(attrs, train_rows, holdout_rows, union_fires, rows_by_split["train"], rows_by_split["holdout"], fcfg.rule_min_share)
         fid = len(findings)
-        for m in members:
-            m["finding"] = fid
+        for i in g:
+            features[kept[i]] = {**features[kept[i]], "finding": fid}
         findings.append({
             "finding": fid,
             "model_a": a,
@@ -93,295 +125,14 @@ def add_rules_and_findings(
             "holdout_n": int(len(holdout_rows)),
             **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
                                       "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
-            **_rule_columns(fit),
+            **rule_columns(fit),
             "kind": "rule", "statement": fit.train.rule.describe() if fit else None, "word_set_json": None,
-            "top_words": top_forms(words_by_row[train_rows]),
+            "top_words": top_forms(inputs.words_by_row[train_rows]),
         })
         finding_words += [(fid, "train", train_rows), (fid, "holdout", holdout_rows)]
-    # Findings are numbered by effect size so that finding 0 is the largest difference.
-    order = sorted(range(len(findings)), key=lambda i: -abs(findings[i]["holdout_median_dlogp"]))
-    renumber = {old: new for new, old in enumerate(order)}
-    for r in feats:
-        if r["finding"] is not None:
-            r["finding"] = renumber[r["finding"]]
-        r["findings"] = None if r["finding"] is None else str(r["finding"])
-    findings = [dict(findings[old], finding=new) for new, old in enumerate(order)]
-    finding_words[:] = [(renumber[f], split, rows) for f, split, rows in finding_words]
-    return findings
-
-
-@dataclass
-class Tested:
-    """A candidate finding tested on held-out text: a context rule, or a latent's context-defined
-    word set (`latent_sets.py`)."""
-
-    kind: str  # "rule" or "latent"
-    pair: tuple[str, str]
-    sign: int  # +1: model_a better on the train words that proposed it, -1: model_b
-    latents: list[int]  # the latents that proposed it
-    train_rows: np.ndarray
-    holdout_rows: np.ndarray  # every held-out word it covers: what is tested
-    rule: Rule | None = None
-    word_set: WordSet | None = None
-    stats: dict = field(default_factory=dict)
-    q_value: float = float("nan")
-    passed: bool = False
-
-    @property
-    def key(self) -> tuple:
-        return self.pair, self.sign
-
-
-def _rule_candidates(
-    feats: list[dict], top: TopActivations, fires: np.ndarray, column: dict[int, int], attrs: WordAttributes, train: np.ndarray,
-    holdout: np.ndarray, lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig,
-) -> tuple[list[Tested], dict[int, RuleFit]]:
-    """Every rule a latent proposes from its train top words (`findings.propose_rules`), once per
-    (pair, sign, rule) with all its proposers; and each latent's first proposal (its label when it
-    is in no finding)."""
-    candidates: dict[tuple, Tested] = {}
-    first_rule: dict[int, RuleFit] = {}
-    for r in feats:
-        if r["latent"] not in column:
-            continue
-        a, b = r["model_a"], r["model_b"]
-        for sign in (1, -1):
-            proposals = propose_rules(
-                attrs, top_words(top, "train", r["latent"]), fires[:, column[r["latent"]]], train, lp_by_row[a], lp_by_row[b],
-                sign, fcfg.rule_min_share, fcfg.max_rules_per_latent, fcfg.min_abs_median_dlogp, fcfg.min_abs_median_dp,
-            )
-            for rule, fit in proposals:
-                first_rule.setdefault(r["latent"], fit)
-                key = (a, b, sign, rule)
-                if key in candidates:
-                    candidates[key].latents.append(r["latent"])
-                else:
-                    candidates[key] = Tested("rule", (a, b), sign, [r["latent"]], rule_words(rule, attrs, train), rule_words(rule, attrs, holdout), rule=rule)
-    return list(candidates.values()), first_rule
-
-
-def _latent_candidates(
-    feats: list[dict], top: TopActivations, fires: np.ndarray, column: dict[int, int], context: np.ndarray, attrs: WordAttributes,
-    train: np.ndarray, holdout: np.ndarray, lp_by_row: dict[str, np.ndarray], rules: list[Tested], fcfg: FeaturesConfig, seed: int,
-) -> list[Tested]:
-    """The word sets (`latent_sets.latent_sets`) of every latent whose own train top words show a
-    difference (the effect rule on their median)."""
-    proposals = []
-    for r in feats:
-        if r["latent"] not in column:
-            continue
-        top_train = top_words(top, "train", r["latent"])
-        d = lp_by_row[r["model_a"]][top_train] - lp_by_row[r["model_b"]][top_train]
-        for sign in (1, -1):
-            if np.median(sign * d) > fcfg.min_abs_median_dlogp:
-                proposals.append((r["latent"], (r["model_a"], r["model_b"]), sign))
-    dlogp_of = {pair: lp_by_row[pair[0]] - lp_by_row[pair[1]] for _, pair, _ in proposals}
-    # Rules that say a place (any word, or a class, after something) carve out words by their
-    # context, not by what they are: left to those rules, their words would drag every name that
-    # opens a speech into a group of nouns.
-    in_context_rule = {
-        key: any_mask([t.rule for t in rules if t.key == key and t.rule.left_kind is not None and t.rule.word_kind != "form"], attrs)
-        for key in {(p, s) for _, p, s in proposals}
-    }
-    sets = latent_sets(
-        proposals, {latent: fires[:, column[latent]] for latent, _, _ in proposals}, context, attrs, train, holdout, dlogp_of, in_context_rule,
-        fcfg.min_abs_median_dlogp, fcfg.min_activations, seed,
-    )
-    return [Tested("latent", s.pair, s.sign, [s.latent], s.train_rows, s.holdout_rows, word_set=s.word_set) for s in sets]
-
-
-def _test(tested: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig, seed: int) -> None:
-    """Statistics on train (shown) and held out (the test), one BH family over every candidate of
-    either kind, then the effect-size rule and the proposing sign on the held-out median."""
-    for t in tested:
-        t.stats = pair_stats(t.train_rows, t.holdout_rows, lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], fcfg.bootstrap_samples, seed)
-    # Independent filtering (Bourgon et al., PNAS 2010): a candidate needs `min_activations` words on
-    # each side, train (fewer is too thin to propose anything) and holdout (fewer can never be kept).
-    # Word counts say nothing about the holdout Δ, so candidates failing them leave the
-    # multiple-testing family instead of diluting the q-values of those that can pass.
-    testable = np.array([min(len(t.train_rows), len(t.holdout_rows)) >= fcfg.min_activations for t in tested], dtype=bool)
-    q = np.full(len(tested), np.nan)
-    q[testable] = bh_qvalues(np.array([t.stats["holdout_p_value"] for t in tested], dtype=np.float64)[testable])
-    for t, qv in zip(tested, q):
-        med, mdp = t.stats["holdout_median_dlogp"], t.stats["holdout_median_dp"]
-        large = abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp
-        t.q_value = float(qv)
-        t.passed = bool(np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == t.sign)
-
-
-def _tested_row(t: Tested) -> dict:
-    statement = t.rule.describe() if t.rule else t.word_set.describe()
-    return {
-        "model_a": t.pair[0], "model_b": t.pair[1], "better_model": t.pair[0] if t.sign > 0 else t.pair[1], "kind": t.kind,
-        "rule": t.rule.describe() if t.rule else None, "rule_json": rules_to_json([t.rule]) if t.rule else None, "statement": statement,
-        "latents": ",".join(map(str, sorted(t.latents))), "n_train": int(len(t.train_rows)), "median_dlogp": t.stats["median_dlogp"],
-        "holdout_n": int(len(t.holdout_rows)), "holdout_median_dlogp": t.stats["holdout_median_dlogp"],
-        "holdout_median_dp": t.stats["holdout_median_dp"], "holdout_p_value": t.stats["holdout_p_value"], "q_value": t.q_value, "passed": t.passed,
-    }
-
-
-def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[Tested]:
-    """Kept rules whose words nest (one inside another) are one unit, said by its head
-    (`findings.group_head`: the broadest rule that adds no words where nothing differs), with
-    every member's proposers."""
-    groups = nested_groups([t.holdout_rows for t in kept], [t.key for t in kept], fcfg.finding_overlap)
-    units = []
-    for g in groups:
-        t = kept[g[0]]
-        head = kept[group_head(g, [k.train_rows for k in kept], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign)]
-        latents = sorted({m for i in g for m in kept[i].latents})
-        units.append(Tested("rule", head.pair, head.sign, latents, head.train_rows, head.holdout_rows, rule=head.rule, stats=head.stats))
-    return units
-
-
-def _absorb_stated_sets(rule_units: list[Tested], latent_units: list[Tested]) -> list[Tested]:
-    """Latent sets a kept rule states (`findings.states`) join that rule's unit: the rule says the
-    same words, in words a reader can check. The other sets are returned."""
-    left = []
-    for s in latent_units:
-        stated_by = next((u for u in rule_units if u.key == s.key and states(u.holdout_rows, s.holdout_rows)), None)
-        if stated_by is None:
-            left.append(s)
-        else:
-            stated_by.latents = sorted(set(stated_by.latents) | set(s.latents))
-    return left
-
-
-def _more_than_its_rules(group: Tested, rule_units: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> bool:
-    """Whether a latent's group is a difference beyond the kept rules nested in it: its train words
-    outside them differ too (`findings.adds_the_difference`). 'heart' and 'eyes' inside a group of
-    body words that all differ: one finding, said by the group. 'oliver' and 'gloster' inside a
-    group of 147 forms where Gemma is otherwise barely better: the rules are the findings, and the
-    group, whose test their words carried, is not one."""
-    inside = [u.train_rows for u in rule_units if u.key == group.key and _nests(u.holdout_rows, group.holdout_rows, fcfg.finding_overlap)]
-    if not inside:
-        return True
-    core = np.intersect1d(np.unique(np.concatenate(inside)), group.train_rows)
-    return len(core) == 0 or adds_the_difference(group.train_rows, core, lp_by_row[group.pair[0]], lp_by_row[group.pair[1]], group.sign)
-
-
-def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
-    """Whether at least `share` of the words of the smaller of two held-out word sets lie in the other."""
-    return len(a) > 0 and len(b) > 0 and len(np.intersect1d(a, b)) >= share * min(len(a), len(b))
-
-
-def rule_tested_findings(
-    feats: list[dict], top: TopActivations, fires_of: Callable[[list[int]], np.ndarray], attrs: WordAttributes,
-    rows_by_split: dict[str, np.ndarray], lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, fcfg: FeaturesConfig, seed: int,
-    tested_rules: list[dict], context: np.ndarray, finding_words: list[tuple[int, str, np.ndarray]],
-) -> list[dict]:
-    """`features.test: rule`: findings are candidates proposed by latents and tested on held-out text.
-
-    Two kinds of candidate: context rules (`findings.propose_rules`, chosen on train only) and,
-    with `features.latent_sets`, each difference-carrying latent's own word set, defined by the
-    context alone (`latent_sets.py`). Each is tested on *all* held-out words it covers, a set chosen
-    without looking at any held-out Δ: Wilcoxon p, BH q across every candidate, the effect-size
-    rule on the held-out median and the proposing sign. Kept candidates form findings
-    (`findings.group_units`); a finding is said by its rules when they cover its held-out words,
-    else by what its words share (`word_sets.WordSet`). Appends every candidate to `tested_rules`
-    and each finding's words to `finding_words` (finding, split, rows)."""
-    train, holdout = rows_by_split["train"], rows_by_split["holdout"]
-    # Any latent may propose: one that mixes words where a model wins with words where nothing
-    # differs does not pass the effect rule on its top words, yet its winning words may form a group.
-    proposers = sorted({r["latent"] for r in feats if r["n_top"] >= fcfg.min_activations})
-    fires = fires_of(proposers)
-    column = {latent: j for j, latent in enumerate(proposers)}
-    tested, first_rule = _rule_candidates(feats, top, fires, column, attrs, train, holdout, lp_by_row, fcfg)
-    if fcfg.latent_sets:
-        tested += _latent_candidates(feats, top, fires, column, context, attrs, train, holdout, lp_by_row, tested, fcfg, seed)
-    _test(tested, lp_by_row, fcfg, seed)
-    tested_rules.extend(_tested_row(t) for t in tested)
-
-    def coherent(t: Tested) -> bool:
-        if t.kind != "rule" or fcfg.min_rule_f1 <= 0:
-            return True
-        union_fires = fires[:, [column[m] for m in t.latents]].any(axis=1)
-        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in t.latents]))
-        return fit_rule(t.rule, attrs, member_top, union_fires, holdout).f1 >= fcfg.min_rule_f1
-
-    kept = [t for t in tested if t.passed and coherent(t)]
-    units = _rule_units([t for t in kept if t.kind == "rule"], lp_by_row, fcfg)
-    sets = _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"])
-    units += [s for s in sets if _more_than_its_rules(s, units, lp_by_row, fcfg)]
-    groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], fcfg.finding_overlap)
-    findings = [_finding_row(g, units, attrs, fires, column, top, lp_by_row, words_by_row, holdout, fcfg, seed) for g in groups]
-    order = sorted(range(len(findings)), key=lambda i: -abs(findings[i]["holdout_median_dlogp"]))
-    renumber = {old: new for new, old in enumerate(order)}
-    for old, g in enumerate(groups):
-        train_rows = np.unique(np.concatenate([units[i].train_rows for i in g]))
-        holdout_rows = np.unique(np.concatenate([units[i].holdout_rows for i in g]))
-        finding_words += [(renumber[old], "train", train_rows), (renumber[old], "holdout", holdout_rows)]
-    findings = [dict(findings[old], finding=new) for new, old in enumerate(order)]
-    _mark_members(feats, findings, finding_words, top, attrs, fires, column, first_rule, holdout, fcfg)
-    return findings
-
-
-RULE_STATES = 0.8  # a finding is said by its rules when they cover this share of its held-out words...
-MAX_STATING_RULES = 3  # ...and, when it holds a latent's group, are at most this many
-
-
-def _finding_row(
-    group: list[int], units: list[Tested], attrs: WordAttributes, fires: np.ndarray, column: dict[int, int], top: TopActivations,
-    lp_by_row: dict[str, np.ndarray], words_by_row: np.ndarray, holdout: np.ndarray, fcfg: FeaturesConfig, seed: int,
-) -> dict:
-    members = [units[i] for i in group]
-    a, b = members[0].pair
-    sign = members[0].sign
-    train_rows = np.unique(np.concatenate([u.train_rows for u in members]))
-    holdout_rows = np.unique(np.concatenate([u.holdout_rows for u in members]))
-    latents = sorted({m for u in members for m in u.latents})
-    stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, seed)
-    rules = [u.rule for u in sorted(members, key=lambda u: -len(u.holdout_rows)) if u.rule is not None]
-    # A latent's group that a long list of one-word rules happens to cover ('disk' or 'machine' or
-    # ... 18 of them) reads better as the group: rules say it when they are few.
-    few = len(rules) <= MAX_STATING_RULES or all(u.kind == "rule" for u in members)
-    by_rules = bool(rules) and few and any_mask(rules, attrs, holdout_rows).mean() >= RULE_STATES
-    row = {
-        "model_a": a, "model_b": b, "better_model": a if sign > 0 else b, "kind": "rule" if by_rules else "latent",
-        "latents": ",".join(str(x) for x in latents), "n_latents": len(latents),
-        "n_top": int(len(train_rows)), "holdout_n": int(len(holdout_rows)),
-        **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
-                                  "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
-        "top_words": top_forms(words_by_row[train_rows]),
-    }
-    if by_rules:
-        union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
-        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
-        fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
-        statement = describe_rules(rules)
-        row.update(rule=statement, rule_json=rules_to_json(rules), rule_precision=fit.precision, rule_recall=fit.recall, rule_f1=fit.f1,
-                   statement=statement, word_set_json=None)
-    else:
-        word_set = describe_word_set(attrs, train_rows)
-        row.update(rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None,
-                   statement=word_set.describe(), word_set_json=word_set.to_json())
-    return row
-
-
-def _mark_members(
-    feats: list[dict], findings: list[dict], finding_words: list[tuple[int, str, np.ndarray]], top: TopActivations, attrs: WordAttributes,
-    fires: np.ndarray, column: dict[int, int], first_rule: dict[int, RuleFit], holdout: np.ndarray, fcfg: FeaturesConfig,
-) -> None:
-    """Each latent's findings, rule columns and `kept`: a latent proposing a finding is a kept
-    feature when the finding's train words cover at least `member_min_share` of its train top words
-    (a latent can propose a confirmed finding from a minority of its top words, the ones that carry
-    its difference; the finding stands, but such a mixture is not a feature a person can name)."""
-    train_words = {f: rows for f, split, rows in finding_words if split == "train"}
-    mine: dict[int, list[int]] = {}
-    for f in findings:
-        for m in f["latents"].split(","):
-            mine.setdefault(int(m), []).append(f["finding"])
-    by_id = {f["finding"]: f for f in findings}
-    for r in feats:
-        latent = r["latent"]
-        ids = sorted(mine.get(latent, []))
-        rules = [rule for f in ids if by_id[f]["rule_json"] for rule in rules_from_json(by_id[f]["rule_json"])]
-        rules = rules or ([first_rule[latent].rule] if latent in first_rule else [])
-        if not rules:
-            r.update(_rule_columns(None))
-        else:
-            held = fit_rules(rules, attrs, top_words(top, "holdout", latent), fires[:, column[latent]], holdout)
-            r.update(_rule_columns(LatentRule(held, held)), rule=describe_rules(rules), rule_json=rules_to_json(rules))
-        r["kept"] = bool(ids) and expresses(np.concatenate([train_words[f] for f in ids]), top_words(top, "train", latent), fcfg.member_min_share)
-        r["finding"] = ids[0] if ids else None
-        r["findings"] = ",".join(str(f) for f in ids) or None
+    findings, finding_words, renumber = number_by_effect(findings, finding_words)
+    features = [
+        dict(r, finding=None if r["finding"] is None else renumber[r["finding"]], findings=None if r["finding"] is None else str(renumber[r["finding"]]))
+        for r in features
+    ]
+    return FindingTables(features, findings, [], finding_words)

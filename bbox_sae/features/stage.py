@@ -10,36 +10,15 @@ import pyarrow.compute as pc
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config
-from bbox_sae.build.matrix import open_matrix
+from bbox_sae.features.activations import TopActivations, top_activations, top_records
+from bbox_sae.features.contexts import contexts_table
 from bbox_sae.features.domains import domain_stats
-from bbox_sae.features.activations import TopActivations, firing, top_activations, top_records
-from bbox_sae.features.contexts import contexts_table, word_attributes_by_position, words_by_row
-from bbox_sae.features.encoders import Encoder, make_encoder
-from bbox_sae.features.grouping import add_rules_and_findings, rule_tested_findings
+from bbox_sae.features.grouping import FindingInputs, top_tested_findings
+from bbox_sae.features.source import FeatureSource, Matrix, feature_source
+from bbox_sae.features.tested_findings import rule_tested_findings
 from bbox_sae.features.feature_table import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """The built matrix with its row index, and its rows by split."""
-
-    values: np.ndarray
-    index: pa.Table
-    info: dict
-    rows_by_split: dict[str, np.ndarray]
-
-    @property
-    def models(self) -> list[str]:
-        return self.info["models"]
-
-
-def open_rows(cfg: Config) -> Matrix:
-    matrix, index, info = open_matrix(cfg)
-    split = index["split"].to_numpy(zero_copy_only=False)
-    rows = index["row"].to_numpy()
-    return Matrix(matrix, index, info, {"train": rows[split == "train"], "holdout": rows[split == "holdout"]})
 
 
 def features_layout(cfg: Config, baseline: str | None = None) -> RunLayout:
@@ -47,7 +26,7 @@ def features_layout(cfg: Config, baseline: str | None = None) -> RunLayout:
     return cfg.paths.baseline(baseline) if baseline else cfg.paths
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tables:
     features: pa.Table
     findings: pa.Table
@@ -55,11 +34,9 @@ class Tables:
     finding_words: pa.Table
 
 
-def _find(cfg: Config, m: Matrix, encode: Encoder, top: TopActivations, source: str) -> Tables:
+def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
     """Statistics per latent and pair, the filters, then rules, latent sets and findings."""
-    fcfg = cfg.features
-    words_of_row, word_position = words_by_row(cfg, m.index)
-    attrs = word_attributes_by_position(cfg).take(word_position)
+    fcfg, m = cfg.features, src.matrix
     lp_by_row = {model: m.index[logprob_column(model)].to_numpy() for model in m.models}
     d_emb = m.info["d_embedding"]
 
@@ -67,20 +44,17 @@ def _find(cfg: Config, m: Matrix, encode: Encoder, top: TopActivations, source: 
         return np.asarray(m.values[np.sort(r), :d_emb], dtype=np.float64)
 
     pairs = [tuple(p) for p in cfg.compare]
-    feats = feature_rows(top, lp_by_row, words_of_row, embedding_of, pairs, fcfg, cfg.seed, source)
-    apply_filters(feats, fcfg)
-    make_findings = rule_tested_findings if fcfg.test == "rule" else add_rules_and_findings
-    tested: list[dict] = []
-    words_of_finding: list[tuple[int, str, np.ndarray]] = []
-    findings = make_findings(
-        feats, top, lambda latents: firing(encode, m.values, latents, fcfg.chunk_rows), attrs, m.rows_by_split, lp_by_row, words_of_row,
-        fcfg, cfg.seed, tested, m.values[:, :d_emb], words_of_finding,
+    feats = apply_filters(feature_rows(top, lp_by_row, src.words_of_row, embedding_of, pairs, fcfg, cfg.seed, src.name), fcfg)
+    inputs = FindingInputs(
+        top=top, fires_of=src.fires, attrs=src.attrs, rows_by_split=m.rows_by_split, lp_by_row=lp_by_row,
+        words_by_row=src.words_of_row, context=m.values[:, :d_emb], fcfg=fcfg, seed=cfg.seed,
     )
+    found = (rule_tested_findings if fcfg.test == "rule" else top_tested_findings)(feats, inputs)
     return Tables(
-        features=pa.Table.from_pylist(feats, schema=FEATURE_SCHEMA) if feats else FEATURE_SCHEMA.empty_table(),
-        findings=pa.Table.from_pylist(findings, schema=FINDING_SCHEMA) if findings else FINDING_SCHEMA.empty_table(),
-        tested_rules=pa.Table.from_pylist(tested, schema=TESTED_RULE_SCHEMA),
-        finding_words=finding_words_table(words_of_finding, m.index),
+        features=pa.Table.from_pylist(found.features, schema=FEATURE_SCHEMA) if found.features else FEATURE_SCHEMA.empty_table(),
+        findings=pa.Table.from_pylist(found.findings, schema=FINDING_SCHEMA) if found.findings else FINDING_SCHEMA.empty_table(),
+        tested_rules=pa.Table.from_pylist(found.tested_rules, schema=TESTED_RULE_SCHEMA),
+        finding_words=finding_words_table(found.finding_words, m.index),
     )
 
 
@@ -126,12 +100,11 @@ def _write(dest: RunLayout, tables: Tables, top_tbl: pa.Table, contexts: pa.Tabl
 def run_features(cfg: Config, baseline: str | None = None) -> dict:
     fcfg = cfg.features
     baseline = baseline or (fcfg.baseline if fcfg.baseline != "none" else None)
-    source = baseline or "sae"
-    m = open_rows(cfg)
-    encode, d_sae = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
-    top = top_activations(encode, m.values, m.rows_by_split, d_sae, fcfg.top_n, fcfg.chunk_rows)
-    tables = _find(cfg, m, encode, top, source)
-    top_tbl, examples = top_records(top, d_sae, m.index)
+    src = feature_source(cfg, baseline or "sae")
+    m = src.matrix
+    top = top_activations(src.encode, m.values, m.rows_by_split, src.d_sae, fcfg.top_n, fcfg.chunk_rows)
+    tables = _find(cfg, src, top)
+    top_tbl, examples = top_records(top, src.d_sae, m.index)
     stats = _corpus_stats(cfg, m)
     _write(features_layout(cfg, baseline), tables, top_tbl, contexts_table(cfg, examples, m.index, m.models), stats)
     print_summary(tables.findings, tables.features, stats)
@@ -139,5 +112,5 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     return {
         "live_latents": len(set(features["latent"].to_pylist())), "feature_rows": features.num_rows,
         "kept": int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0,
-        "findings": tables.findings.num_rows, "source": source,
+        "findings": tables.findings.num_rows, "source": src.name,
     }

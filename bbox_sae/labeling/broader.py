@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from bbox_sae.config import Config
-from bbox_sae.features import firing, make_encoder, open_rows, word_attributes_by_position, words_by_row
+from bbox_sae.features import FeatureSource
 from bbox_sae.labeling.records import train_top_contexts
 from bbox_sae.features.rules import Rule, cover_outside
 
@@ -24,19 +23,15 @@ def train_top_rows(contexts: pa.Table, index: pa.Table) -> dict[int, np.ndarray]
     return {int(latent): np.sort(rows[latents == latent]) for latent in np.unique(latents)}
 
 
-def broader_rules(cfg: Config, source: str, contexts: pa.Table, rules_of: dict[int, list[Rule]]) -> dict[int, tuple[Rule, ...]]:
+def broader_rules(src: FeatureSource, contexts: pa.Table, rules_of: dict[int, list[Rule]]) -> dict[int, tuple[Rule, ...]]:
     """For each latent with rules: the rules of what else it fires on (empty when nothing holds)."""
     with_rules = sorted(latent for latent, rules in rules_of.items() if rules)
     if not with_rules:
         return {}
-    m = open_rows(cfg)
-    _, position = words_by_row(cfg, m.index)
-    attrs = word_attributes_by_position(cfg).take(position)
-    top = train_top_rows(contexts, m.index)
-    encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
-    fires = firing(encode, m.values, with_rules, cfg.features.chunk_rows)
-    train = m.rows_by_split["train"]
+    top = train_top_rows(contexts, src.matrix.index)
+    fires = src.fires(with_rules)
+    train = src.matrix.rows_by_split["train"]
     return {
-        latent: tuple(fit.rule for fit in cover_outside(rules_of[latent], attrs, top.get(latent, np.zeros(0, np.int64)), fires[:, j], train))
+        latent: tuple(fit.rule for fit in cover_outside(rules_of[latent], src.attrs, top.get(latent, np.zeros(0, np.int64)), fires[:, j], train))
         for j, latent in enumerate(with_rules)
     }

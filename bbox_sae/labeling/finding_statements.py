@@ -22,8 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bbox_sae.artifacts import read_table
-from bbox_sae.config import Config
-from bbox_sae.features import contexts_table, word_attributes_by_position, words_by_row
+from bbox_sae.features import FeatureSource, contexts_table
 from bbox_sae.features.word_sets import WordSet
 from bbox_sae.labeling.client import Stats
 from bbox_sae.labeling.heuristic import context_matches, judged
@@ -64,15 +63,12 @@ def offline_statement(finding: dict) -> Statement:
     return Statement(finding["statement"] or finding["rule"], "rule", rules=tuple(rules_from_json(finding["rule_json"])))
 
 
-def _example_rows(cfg: Config, paths: RunLayout, findings: list[dict], rng: np.random.Generator, n: int, n_train: int, n_contrast: int) -> list[tuple]:
+def _example_rows(src: FeatureSource, paths: RunLayout, findings: list[dict], rng: np.random.Generator, n: int, n_train: int, n_contrast: int) -> list[tuple]:
     """(finding, split, rank, row, 0.0, False) for each finding's shown words: `train` (its train
     words), `holdout` (its held-out words: the positives), `negative` (held-out words outside it,
     half of its own forms), `contrast` (train words of its forms outside it)."""
-    from bbox_sae.features import open_rows
-
-    m = open_rows(cfg)
-    words_of_row, _ = words_by_row(cfg, m.index)
-    forms = np.array([normalize_form(w) for w in words_of_row], dtype=object)
+    m = src.matrix
+    forms = np.array([normalize_form(w) for w in src.words_of_row], dtype=object)
     covered = read_table(paths.finding_words, columns=["finding", "split", "row"])
     examples: list[tuple] = []
     for f in findings:
@@ -96,17 +92,15 @@ def _example_rows(cfg: Config, paths: RunLayout, findings: list[dict], rng: np.r
     return examples
 
 
-def finding_examples(cfg: Config, paths: RunLayout, findings: list[dict], n: int, n_train: int, n_contrast: int) -> list[FeatureExamples]:
+def finding_examples(src: FeatureSource, paths: RunLayout, findings: list[dict], n: int, n_train: int, n_contrast: int) -> list[FeatureExamples]:
     """What a judge (and an LLM labeler) reads about each finding, in FeatureExamples' shape with
     the finding's number as its id."""
-    from bbox_sae.features import open_rows
-
     if not findings:
         return []
-    rng = np.random.default_rng(cfg.seed)
-    examples = _example_rows(cfg, paths, findings, rng, n, n_train, n_contrast)
-    m = open_rows(cfg)
-    table = contexts_table(cfg, examples, m.index, m.models).to_pylist()
+    rng = np.random.default_rng(src.cfg.seed)
+    examples = _example_rows(src, paths, findings, rng, n, n_train, n_contrast)
+    m = src.matrix
+    table = contexts_table(src.cfg, examples, m.index, m.models).to_pylist()
     by: dict[tuple[int, str], list[Context]] = {}
     for row in table:
         by.setdefault((row["latent"], row["split"]), []).append(context_of(row, m.models))
@@ -121,15 +115,16 @@ def finding_examples(cfg: Config, paths: RunLayout, findings: list[dict], n: int
     ]
 
 
-def label_findings(cfg: Config, paths: RunLayout, stats: Stats | None) -> tuple[pa.Table, int]:
+def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) -> tuple[pa.Table, int]:
     """finding_labels.parquet's table (one row per finding), and how many findings were offered to
     the LLM: with an LLM labeler's `stats` (None offline), latent findings are, and its requests
     are counted there."""
     llm = stats is not None
     # Feature tables written by a user's own tool may come without findings: nothing to say then.
     findings = read_table(paths.findings).to_pylist() if paths.findings.exists() else []
+    cfg = src.cfg
     lc = cfg.label
-    examples = finding_examples(cfg, paths, findings, lc.finding_validation_examples, lc.examples, lc.contrast_examples if llm else 0)
+    examples = finding_examples(src, paths, findings, lc.finding_validation_examples, lc.examples, lc.contrast_examples if llm else 0)
     statements = {f["finding"]: offline_statement(f) for f in findings}
 
     def offline(feature: FeatureExamples, seed: int, n_fuzz: int) -> LabelResult:

@@ -14,8 +14,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from bbox_sae.config import Config
-from bbox_sae.features import Encoder, contexts_table, encode_rows, make_encoder, open_rows, words_by_row
+from bbox_sae.features import Encoder, FeatureSource, contexts_table, encode_rows
 from bbox_sae.labeling.records import train_top_contexts
 from bbox_sae.features.rules import normalize_form
 
@@ -73,21 +72,19 @@ def negative_rows(
     return out
 
 
-def draw_negatives(cfg: Config, source: str, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None) -> pa.Table:
+def draw_negatives(src: FeatureSource, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None) -> pa.Table:
     """contexts.parquet-shaped rows (split `negative`, and `contrast` when `contrast` > 0) for the
-    latents in `forms_of`, encoded by the features stage's encoder of `source` (`sae`, `random`, `kmeans`);
-    `members_of` (`finding_members`) widens "inactive" to a latent's whole findings."""
-    m = open_rows(cfg)
+    latents in `forms_of`, encoded by the features stage's encoder (`src`); `members_of`
+    (`finding_members`) widens "inactive" to a latent's whole findings."""
+    cfg, m = src.cfg, src.matrix
     examples = []
     if forms_of:
-        words_of_row, _ = words_by_row(cfg, m.index)
-        encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
         draws = [("negative", "holdout", cfg.label.validation_examples, cfg.seed, False), ("contrast", "train", contrast, cfg.seed + 1, True)]
         for split, pool_split, n, seed, same_only in draws:
             pool = m.rows_by_split[pool_split]
             if not (n and len(pool)):
                 continue
-            forms = np.array([normalize_form(w) for w in words_of_row[pool]], dtype=object)
-            rows = negative_rows(encode, m.values, forms_of, pool, forms, n, seed, cfg.features.chunk_rows, same_only, members_of)
+            forms = np.array([normalize_form(w) for w in src.words_of_row[pool]], dtype=object)
+            rows = negative_rows(src.encode, m.values, forms_of, pool, forms, n, seed, cfg.features.chunk_rows, same_only, members_of)
             examples += [(latent, split, rank, int(r), 0.0, False) for latent, picked in rows.items() for rank, r in enumerate(picked)]
     return contexts_table(cfg, examples, m.index, m.models)

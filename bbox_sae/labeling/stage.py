@@ -12,7 +12,7 @@ import pyarrow as pa
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns
 from bbox_sae.config import Config
 from bbox_sae.errors import ConfigError, EndpointError
-from bbox_sae.features import features_layout
+from bbox_sae.features import feature_source, features_layout
 from bbox_sae.labeling.broader import broader_rules
 from bbox_sae.labeling.client import Stats
 from bbox_sae.labeling.finding_statements import label_findings
@@ -41,12 +41,13 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
     if labeler == "llm" and not (lc.base_url and lc.model):
         raise ConfigError("label.labeler is 'llm' but label.base_url and label.model are not both set")
     contrast = lc.contrast_examples if labeler == "llm" else 0
-    negatives = draw_negatives(cfg, baseline or "sae", latent_forms(contexts, latents), contrast, finding_members(findings, latents))
+    src = feature_source(cfg, baseline or "sae")
+    negatives = draw_negatives(src, latent_forms(contexts, latents), contrast, finding_members(findings, latents))
     columns = [c for c in contexts.column_names if c in negatives.column_names]
     shown = pa.concat_tables([contexts.select(columns), negatives.select(columns).cast(contexts.select(columns).schema)])
     wanted = set(latents)
     rules = {latent: r for latent, r in latent_rules(features, findings).items() if latent in wanted}
-    broader = broader_rules(cfg, baseline or "sae", contexts, rules)
+    broader = broader_rules(src, contexts, rules)
     word_sets = {latent: w for latent, w in latent_word_sets(findings).items() if latent in wanted}
     examples = feature_examples(features, shown, latents, lc.examples, lc.validation_examples, rules, contrast, broader, word_sets)
     if labeler == "llm" and lc.dry_run:
@@ -60,7 +61,7 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
         results, stats = {f.latent: heuristic_label(f, cfg.seed, lc.fuzz_examples) for f in examples}, Stats()
 
     atomic_write_table(paths.labels, labels_table(features, results))
-    said, offered = label_findings(cfg, paths, stats if labeler == "llm" else None)
+    said, offered = label_findings(src, paths, stats if labeler == "llm" else None)
     atomic_write_table(paths.finding_labels, said)
     cost = stats.prompt_tokens / 1000 * lc.prompt_cost_per_1k + stats.completion_tokens / 1000 * lc.completion_cost_per_1k
     summary = {

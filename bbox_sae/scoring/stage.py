@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig
+from bbox_sae.corpus.ingest import ingest
 from bbox_sae.corpus.documents import IngestStats, corpus_fingerprint, documents_table, load_documents, run_dirs, shard_key, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
 from bbox_sae.schemas import LOGPROB_SCHEMA

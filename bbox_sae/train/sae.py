@@ -10,25 +10,22 @@ sae-lens facts this module works around:
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import math
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_text
 from bbox_sae.config import Config, SAEConfig
-from bbox_sae.build.matrix import ENCODE_CHUNK_ROWS, matrix_chunks, open_matrix
+from bbox_sae.build.matrix import open_matrix
 from bbox_sae.errors import ArtifactError, NumericalError
+from bbox_sae.train.checkpoints import SAVE_ERRORS, checkpoint_key, resume_point, save_failure, save_inference_model, withdraw_model
+from bbox_sae.train.model import activation_frequency, calibrate_batchtopk_threshold, evaluate, load_sae, load_training_sae, make_training_sae, sample_mean
 from bbox_sae.layout import SaeRunLayout, checkpoint_complete, logprob_column
 
 log = logging.getLogger(__name__)
@@ -82,112 +79,6 @@ def sample_weights(cfg: Config, index, train: np.ndarray) -> np.ndarray | None:
     return np.maximum(gap, max(float(np.median(gap)), 1e-6))
 
 
-def make_training_sae(sae_cfg: SAEConfig, d_in: int, device: str):
-    from sae_lens import BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig
-
-    common = dict(
-        d_in=d_in,
-        d_sae=sae_cfg.d_sae,
-        k=sae_cfg.k,
-        dtype=sae_cfg.dtype,
-        device=device,
-        aux_loss_coefficient=sae_cfg.aux_coefficient,
-        decoder_init_norm=sae_cfg.decoder_init_norm,
-        apply_b_dec_to_input=True,
-        normalize_activations="none",
-    )
-    if sae_cfg.architecture == "batchtopk":
-        return BatchTopKTrainingSAE(BatchTopKTrainingSAEConfig(**common))
-    return TopKTrainingSAE(TopKTrainingSAEConfig(**common))
-
-
-def load_training_sae(sae_cfg: SAEConfig, path: Path, device: str):
-    from sae_lens import BatchTopKTrainingSAE, TopKTrainingSAE
-
-    cls = BatchTopKTrainingSAE if sae_cfg.architecture == "batchtopk" else TopKTrainingSAE
-    return cls.load_from_disk(path, device=device)
-
-
-def load_sae(run_dir: Path, device: str = "cpu"):
-    """The trained inference SAE (TopK, or JumpReLU for BatchTopK)."""
-    from sae_lens import SAE
-
-    marker = SaeRunLayout(run_dir).sae_config
-    if not marker.exists():
-        raise ArtifactError(f"{run_dir}: no trained SAE ({marker.name}); run `bbox train`")
-    sae = SAE.load_from_disk(run_dir, device=device)
-    sae.eval()
-    return sae
-
-
-def sample_mean(matrix: np.ndarray, rows: np.ndarray, seed: int, n: int = 65536) -> np.ndarray:
-    pick = np.sort(np.random.default_rng(seed).choice(rows, size=min(n, len(rows)), replace=False))
-    return np.asarray(matrix[pick], dtype=np.float64).mean(axis=0)
-
-
-@torch.no_grad()
-def evaluate(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = ENCODE_CHUNK_ROWS) -> dict:
-    """Explained variance, MSE, mean L0 and dead-latent fraction on the given rows.
-
-    Rows go in a seeded random order: a training SAE (BatchTopK) ranks activations across its
-    batch, so its batches must mix documents the way training batches do.
-    """
-    device = next(sae.parameters()).device
-    if len(rows) == 0:
-        return {"rows": 0}
-    mean = torch.from_numpy(sample_mean(matrix, rows, seed=0)).float().to(device)
-    order = np.random.default_rng(0).permutation(rows)
-    # Each batch keeps its random members but is read in row order (memory-mapped reads).
-    order = np.concatenate([np.sort(order[s : s + batch_size]) for s in range(0, len(order), batch_size)])
-    sq_err = total_var = l0 = 0.0
-    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=device)
-    for _, x in matrix_chunks(matrix, order, batch_size, device):
-        acts = sae.encode(x)
-        recon = sae.decode(acts)
-        sq_err += float((recon - x).pow(2).sum())
-        total_var += float((x - mean).pow(2).sum())
-        l0 += float((acts > 0).sum())
-        fired |= (acts > 0).any(0)
-    n = len(rows)
-    return {
-        "rows": n,
-        "explained_variance": 1.0 - sq_err / total_var if total_var > 0 else float("nan"),
-        "mse": sq_err / (n * matrix.shape[1]),
-        "mean_l0": l0 / n,
-        "dead_fraction": float((~fired).float().mean()),
-    }
-
-
-@torch.no_grad()
-def calibrate_batchtopk_threshold(sae, matrix: np.ndarray, rows: np.ndarray, batch_size: int = 4096) -> float:
-    """The one threshold (shared by every latent) at which the saved JumpReLU model fires k latents
-    per row on average over `rows`: between the (k*n)-th and (k*n+1)-th largest pre-activation.
-
-    sae-lens saves instead a running average (rate 0.01, started at 0) of each batch's smallest kept
-    activation; after a short run it is still far below that value, and the saved model fires 2-3x k
-    latents and reconstructs worse than the mean. Only the top k*n+1 values are held, so memory does
-    not grow with d_sae.
-    """
-    keep = int(round(sae.cfg.k * len(rows)))
-    device = next(sae.parameters()).device
-    top = torch.empty(0, device=device)
-    for s in range(0, len(rows), batch_size):
-        x = torch.from_numpy(np.asarray(matrix[rows[s : s + batch_size]], dtype=np.float32)).to(device)
-        _, hidden_pre = sae.encode_with_hidden_pre(x)
-        values = hidden_pre.flatten().double()
-        values = values[values > 0]
-        if len(top) > keep:
-            values = values[values > top[-1]]
-        top = torch.cat([top.double(), values])
-        if len(top) > keep + 1:
-            top = top.topk(keep + 1).values  # sorted, largest first
-        else:
-            top = top.sort(descending=True).values
-    if len(top) <= keep:
-        return 0.0  # fewer than k positive pre-activations per row: every one of them fires
-    return float((top[keep - 1] + top[keep]) / 2)
-
-
 def short_run_warnings(sae_cfg: SAEConfig, total_steps: int, batch: int) -> list[str]:
     """Why a run of `total_steps` steps is too short for its dead-latent statistics to mean anything.
 
@@ -206,19 +97,6 @@ def short_run_warnings(sae_cfg: SAEConfig, total_steps: int, batch: int) -> list
     ]
 
 
-# How a save fails on a full or read-only disk: torch.save as a RuntimeError ("enforce fail at
-# inline_container.cc"), safetensors as its own error ("os error 28"), JSON writes as an OSError.
-_SAVE_ERRORS = (OSError, RuntimeError, SafetensorError)
-
-
-def _save_failure(err: Exception) -> str:
-    text = str(err).strip()
-    line = text.splitlines()[0] if text else type(err).__name__
-    if getattr(err, "errno", None) == errno.ENOSPC or "os error 28" in text or "No space left" in text:
-        return f"no space left on device ({line})"
-    return f"{line} (is the disk full or read-only?)"
-
-
 def _trainer_class():
     from sae_lens.training.sae_trainer import SAETrainer
 
@@ -229,12 +107,12 @@ def _trainer_class():
         def save_checkpoint(self, checkpoint_name, *args, **kwargs):
             try:
                 super().save_checkpoint(checkpoint_name, *args, **kwargs)
-            except _SAVE_ERRORS as err:
+            except SAVE_ERRORS as err:
                 partial = Path(self.cfg.checkpoint_path) / checkpoint_name
                 # Half written, maybe with its completion mark: resume must never pick it, and its space is wanted back.
                 shutil.rmtree(partial, ignore_errors=True)
                 raise ArtifactError(
-                    f"{partial}: cannot write the training checkpoint: {_save_failure(err)}; "
+                    f"{partial}: cannot write the training checkpoint: {save_failure(err)}; "
                     "the last complete checkpoint is kept: free space, then `bbox train --resume`"
                 ) from None
 
@@ -259,46 +137,6 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def _latest_checkpoint(checkpoints: Path) -> Path | None:
-    done = [p for p in checkpoints.glob("*") if p.is_dir() and checkpoint_complete(p).exists() and p.name.isdigit()]
-    return max(done, key=lambda p: int(p.name)) if done else None
-
-
-# Temp folders of `_save_inference_model`, in the run dir so the final renames stay on one filesystem.
-_SAVE_PREFIX = ".save."
-
-
-def _save_inference_model(sae, paths: SaeRunLayout) -> None:
-    """sae-lens's save, made atomic: weights, then cfg.json (what `load_sae` and `bbox run` look
-    for) last, each moved into place by rename, so a kill mid-save leaves no torn model. cfg.json
-    is rewritten with sorted keys: sae-lens's key order varies between processes, and a re-run
-    should give identical files."""
-    tmp = Path(tempfile.mkdtemp(prefix=_SAVE_PREFIX, dir=paths.root))
-    try:
-        try:
-            weights, cfg_path = sae.save_inference_model(tmp)
-            with open(weights, "rb") as fh:
-                os.fsync(fh.fileno())
-        except _SAVE_ERRORS as err:
-            raise ArtifactError(
-                f"{paths.weights}: cannot write the trained SAE: {_save_failure(err)}; free space, then `bbox train --resume`"
-            ) from None
-        cfg_data = json.loads(Path(cfg_path).read_text())
-        os.replace(weights, paths.weights)
-        atomic_write_json(paths.sae_config, cfg_data)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _withdraw_model(paths: SaeRunLayout) -> None:
-    """Until this run saves its own model, nothing in the run dir claims to be a finished SAE
-    (a killed run must not leave the old one looking current)."""
-    for path in (paths.sae_config, paths.metrics):
-        path.unlink(missing_ok=True)
-    for stale in paths.root.glob(f"{_SAVE_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 def _split_rows(cfg: Config, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The train-split mask of the index, and the train and holdout matrix rows."""
     split = index["split"].to_numpy(zero_copy_only=False)
@@ -311,41 +149,6 @@ def _split_rows(cfg: Config, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]
             "lower corpus.holdout_fraction or add documents"
         )
     return train, train_rows, holdout_rows
-
-
-def checkpoint_key(cfg: Config) -> str:
-    """What checkpoints are written under: the train stage's key (the build's recorded digest and
-    the train settings), or, where no manifest records the build (`train_sae` on a matrix built
-    outside `bbox`), the settings and the build's files as they are now."""
-    import hashlib
-
-    from bbox_sae.artifacts import sha256_file
-    from bbox_sae.stages import BY_NAME, read_manifest, stage_key
-
-    stage = BY_NAME["train"]
-    key = stage_key(stage, cfg, read_manifest(cfg.out))
-    if key is not None:
-        return key
-    paths = cfg.paths
-    build = {"build.json": sha256_file(paths.build_info), **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)}}
-    return hashlib.sha256(json.dumps({"settings": stage.settings(cfg), "build": build}, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _resume_point(paths: SaeRunLayout, resume: bool, key: str) -> Path | None:
-    """The checkpoint to resume from (None: start afresh, with the old checkpoints removed). Only
-    checkpoints written under `key` are resumed: others were trained on another matrix or with other
-    settings, and continuing them would pass their model off as this one. Claims the folder for `key`."""
-    try:
-        written_under = paths.checkpoint_key.read_text().strip()
-    except OSError:
-        written_under = None
-    if resume and written_under != key and _latest_checkpoint(paths.checkpoints) is not None:
-        log.warning("%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name)
-    latest = _latest_checkpoint(paths.checkpoints) if resume and written_under == key else None
-    if latest is None and paths.checkpoints.exists():
-        shutil.rmtree(paths.checkpoints)
-    atomic_write_text(paths.checkpoint_key, key + "\n")
-    return latest
 
 
 def _starting_sae(sae_cfg: SAEConfig, latest: Path | None, matrix: np.ndarray, train_rows: np.ndarray, device: str):
@@ -421,7 +224,7 @@ def _calibrate(sae, sae_cfg: SAEConfig, matrix: np.ndarray, train_sample: np.nda
 def _log_run(run, inference, matrix: np.ndarray, train_rows: np.ndarray, metrics: dict) -> None:
     import wandb
 
-    freq = _activation_frequency(inference, matrix, train_rows)
+    freq = activation_frequency(inference, matrix, train_rows)
     holdout, training_mode = metrics["holdout"], metrics["training_mode"]["holdout"]
     run.log(
         {
@@ -453,7 +256,7 @@ def train_sae(
     sae_cfg, paths = cfg.sae, SaeRunLayout(run_dir)
     # Before anything is withdrawn: a device this machine lacks must leave the old model as it was.
     device = str(resolve_device(sae_cfg.device, "sae.device"))
-    _withdraw_model(paths)
+    withdraw_model(paths)
     torch.manual_seed(sae_cfg.seed)
     matrix, index, info = open_matrix(cfg)
     train, train_rows, holdout_rows = _split_rows(cfg, index)
@@ -463,7 +266,7 @@ def train_sae(
     warnings = short_run_warnings(sae_cfg, total_steps, batch)
     for w in warnings:
         log.warning("%s: %s", run_dir.name, w)
-    latest = _resume_point(paths, resume, resume_key or checkpoint_key(cfg))
+    latest = resume_point(paths, resume, resume_key or checkpoint_key(cfg))
     sae = _starting_sae(sae_cfg, latest, matrix, train_rows, device)
     provider = RowBatches(matrix, train_rows, batch, sae_cfg.seed, weights=sample_weights(cfg, index, train))
     trainer = _make_trainer(cfg, sae, provider, total_steps, batch, device, paths, latest)
@@ -484,7 +287,7 @@ def train_sae(
             "holdout": evaluate(sae, matrix, holdout_rows, batch_size=batch),
             "train_sample": evaluate(sae, matrix, train_sample, batch_size=batch),
         }
-        _save_inference_model(sae, paths)
+        save_inference_model(sae, paths)
         inference = load_sae(run_dir, device)
         metrics = {
             "run_name": run_dir.name,
@@ -513,16 +316,6 @@ def train_sae(
     # Finished: only an interrupted run is resumed automatically (`bbox run --force train` retrains).
     paths.checkpoint_key.unlink(missing_ok=True)
     return metrics
-
-
-@torch.no_grad()
-def _activation_frequency(sae, matrix: np.ndarray, rows: np.ndarray, n: int = 20000) -> np.ndarray:
-    pick = np.sort(np.random.default_rng(1).choice(rows, size=min(n, len(rows)), replace=False))
-    device = next(sae.parameters()).device
-    counts = torch.zeros(sae.cfg.d_sae, device=device)
-    for _, x in matrix_chunks(matrix, pick, device=device):
-        counts += (sae.encode(x) > 0).float().sum(0)
-    return (counts / len(pick)).cpu().numpy()
 
 
 def run_dir_for(cfg: Config) -> Path:

@@ -1,0 +1,309 @@
+"""`features.test: rule`: findings are candidates that latents propose, tested on held-out text.
+
+Two kinds of candidate: context rules (`findings.propose_rules`, chosen on train only) and, with
+`features.latent_sets`, each difference-carrying latent's own word set, defined by the context
+alone (`latent_sets`). Each is tested on *all* held-out words it covers, a set chosen without
+looking at any held-out Δ: Wilcoxon p, BH q across every candidate, the effect-size rule on the
+held-out median and the proposing sign. Kept candidates form findings; a finding is said by its
+rules when they cover its held-out words, else by what its words share (`word_sets.WordSet`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bbox_sae.config import FeaturesConfig
+from bbox_sae.features.activations import TopActivations, top_words
+from bbox_sae.features.feature_table import pair_stats
+from bbox_sae.features.findings import (
+    LatentRule, adds_the_difference, expresses, group_head, nested_groups, propose_rules, rule_words, states, top_forms,
+)
+from bbox_sae.features.grouping import FindingInputs, FindingTables, rule_columns, number_by_effect
+from bbox_sae.features.latent_sets import latent_sets
+from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.significance import bh_qvalues
+from bbox_sae.features.word_sets import WordSet, describe_word_set
+
+
+@dataclass
+class Tested:
+    """A candidate finding tested on held-out text: a context rule, or a latent's context-defined
+    word set (`latent_sets.py`)."""
+
+    kind: str  # "rule" or "latent"
+    pair: tuple[str, str]
+    sign: int  # +1: model_a better on the train words that proposed it, -1: model_b
+    latents: list[int]  # the latents that proposed it
+    train_rows: np.ndarray
+    holdout_rows: np.ndarray  # every held-out word it covers: what is tested
+    rule: Rule | None = None
+    word_set: WordSet | None = None
+    stats: dict = field(default_factory=dict)
+    q_value: float = float("nan")
+    passed: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return self.pair, self.sign
+
+
+def _rule_candidates(
+    feats: list[dict], top: TopActivations, fires: np.ndarray, column: dict[int, int], attrs: WordAttributes, train: np.ndarray,
+    holdout: np.ndarray, lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig,
+) -> tuple[list[Tested], dict[int, RuleFit]]:
+    """Every rule a latent proposes from its train top words (`findings.propose_rules`), once per
+    (pair, sign, rule) with all its proposers; and each latent's first proposal (its label when it
+    is in no finding)."""
+    candidates: dict[tuple, Tested] = {}
+    first_rule: dict[int, RuleFit] = {}
+    for r in feats:
+        if r["latent"] not in column:
+            continue
+        a, b = r["model_a"], r["model_b"]
+        for sign in (1, -1):
+            proposals = propose_rules(
+                attrs, top_words(top, "train", r["latent"]), fires[:, column[r["latent"]]], train, lp_by_row[a], lp_by_row[b],
+                sign, fcfg.rule_min_share, fcfg.max_rules_per_latent, fcfg.min_abs_median_dlogp, fcfg.min_abs_median_dp,
+            )
+            for rule, fit in proposals:
+                first_rule.setdefault(r["latent"], fit)
+                key = (a, b, sign, rule)
+                if key in candidates:
+                    candidates[key].latents.append(r["latent"])
+                else:
+                    candidates[key] = Tested("rule", (a, b), sign, [r["latent"]], rule_words(rule, attrs, train), rule_words(rule, attrs, holdout), rule=rule)
+    return list(candidates.values()), first_rule
+
+
+def _latent_candidates(
+    feats: list[dict], top: TopActivations, fires: np.ndarray, column: dict[int, int], context: np.ndarray, attrs: WordAttributes,
+    train: np.ndarray, holdout: np.ndarray, lp_by_row: dict[str, np.ndarray], rules: list[Tested], fcfg: FeaturesConfig, seed: int,
+) -> list[Tested]:
+    """The word sets (`latent_sets.latent_sets`) of every latent whose own train top words show a
+    difference (the effect rule on their median)."""
+    proposals = []
+    for r in feats:
+        if r["latent"] not in column:
+            continue
+        top_train = top_words(top, "train", r["latent"])
+        d = lp_by_row[r["model_a"]][top_train] - lp_by_row[r["model_b"]][top_train]
+        for sign in (1, -1):
+            if np.median(sign * d) > fcfg.min_abs_median_dlogp:
+                proposals.append((r["latent"], (r["model_a"], r["model_b"]), sign))
+    dlogp_of = {pair: lp_by_row[pair[0]] - lp_by_row[pair[1]] for _, pair, _ in proposals}
+    # Rules that say a place (any word, or a class, after something) carve out words by their
+    # context, not by what they are: left to those rules, their words would drag every name that
+    # opens a speech into a group of nouns.
+    in_context_rule = {
+        key: any_mask([t.rule for t in rules if t.key == key and t.rule.left_kind is not None and t.rule.word_kind != "form"], attrs)
+        for key in {(p, s) for _, p, s in proposals}
+    }
+    sets = latent_sets(
+        proposals, {latent: fires[:, column[latent]] for latent, _, _ in proposals}, context, attrs, train, holdout, dlogp_of, in_context_rule,
+        fcfg.min_abs_median_dlogp, fcfg.min_activations, seed,
+    )
+    return [Tested("latent", s.pair, s.sign, [s.latent], s.train_rows, s.holdout_rows, word_set=s.word_set) for s in sets]
+
+
+def _test(tested: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig, seed: int) -> None:
+    """Statistics on train (shown) and held out (the test), one BH family over every candidate of
+    either kind, then the effect-size rule and the proposing sign on the held-out median."""
+    for t in tested:
+        t.stats = pair_stats(t.train_rows, t.holdout_rows, lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], fcfg.bootstrap_samples, seed)
+    # Independent filtering (Bourgon et al., PNAS 2010): a candidate needs `min_activations` words on
+    # each side, train (fewer is too thin to propose anything) and holdout (fewer can never be kept).
+    # Word counts say nothing about the holdout Δ, so candidates failing them leave the
+    # multiple-testing family instead of diluting the q-values of those that can pass.
+    testable = np.array([min(len(t.train_rows), len(t.holdout_rows)) >= fcfg.min_activations for t in tested], dtype=bool)
+    q = np.full(len(tested), np.nan)
+    q[testable] = bh_qvalues(np.array([t.stats["holdout_p_value"] for t in tested], dtype=np.float64)[testable])
+    for t, qv in zip(tested, q):
+        med, mdp = t.stats["holdout_median_dlogp"], t.stats["holdout_median_dp"]
+        large = abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp
+        t.q_value = float(qv)
+        t.passed = bool(np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == t.sign)
+
+
+def _tested_row(t: Tested) -> dict:
+    statement = t.rule.describe() if t.rule else t.word_set.describe()
+    return {
+        "model_a": t.pair[0], "model_b": t.pair[1], "better_model": t.pair[0] if t.sign > 0 else t.pair[1], "kind": t.kind,
+        "rule": t.rule.describe() if t.rule else None, "rule_json": rules_to_json([t.rule]) if t.rule else None, "statement": statement,
+        "latents": ",".join(map(str, sorted(t.latents))), "n_train": int(len(t.train_rows)), "median_dlogp": t.stats["median_dlogp"],
+        "holdout_n": int(len(t.holdout_rows)), "holdout_median_dlogp": t.stats["holdout_median_dlogp"],
+        "holdout_median_dp": t.stats["holdout_median_dp"], "holdout_p_value": t.stats["holdout_p_value"], "q_value": t.q_value, "passed": t.passed,
+    }
+
+
+def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[Tested]:
+    """Kept rules whose words nest (one inside another) are one unit, said by its head
+    (`findings.group_head`: the broadest rule that adds no words where nothing differs), with
+    every member's proposers."""
+    groups = nested_groups([t.holdout_rows for t in kept], [t.key for t in kept], fcfg.finding_overlap)
+    units = []
+    for g in groups:
+        t = kept[g[0]]
+        head = kept[group_head(g, [k.train_rows for k in kept], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign)]
+        latents = sorted({m for i in g for m in kept[i].latents})
+        units.append(Tested("rule", head.pair, head.sign, latents, head.train_rows, head.holdout_rows, rule=head.rule, stats=head.stats))
+    return units
+
+
+def _absorb_stated_sets(rule_units: list[Tested], latent_units: list[Tested]) -> list[Tested]:
+    """Latent sets a kept rule states (`findings.states`) join that rule's unit: the rule says the
+    same words, in words a reader can check. The other sets are returned."""
+    left = []
+    for s in latent_units:
+        stated_by = next((u for u in rule_units if u.key == s.key and states(u.holdout_rows, s.holdout_rows)), None)
+        if stated_by is None:
+            left.append(s)
+        else:
+            stated_by.latents = sorted(set(stated_by.latents) | set(s.latents))
+    return left
+
+
+def _more_than_its_rules(group: Tested, rule_units: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> bool:
+    """Whether a latent's group is a difference beyond the kept rules nested in it: its train words
+    outside them differ too (`findings.adds_the_difference`). 'heart' and 'eyes' inside a group of
+    body words that all differ: one finding, said by the group. 'oliver' and 'gloster' inside a
+    group of 147 forms where Gemma is otherwise barely better: the rules are the findings, and the
+    group, whose test their words carried, is not one."""
+    inside = [u.train_rows for u in rule_units if u.key == group.key and _nests(u.holdout_rows, group.holdout_rows, fcfg.finding_overlap)]
+    if not inside:
+        return True
+    core = np.intersect1d(np.unique(np.concatenate(inside)), group.train_rows)
+    return len(core) == 0 or adds_the_difference(group.train_rows, core, lp_by_row[group.pair[0]], lp_by_row[group.pair[1]], group.sign)
+
+
+def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
+    """Whether at least `share` of the words of the smaller of two held-out word sets lie in the other."""
+    return len(a) > 0 and len(b) > 0 and len(np.intersect1d(a, b)) >= share * min(len(a), len(b))
+
+
+def _candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> tuple[list[Tested], dict[int, RuleFit]]:
+    """Every candidate the proposers offer, rules then (with `features.latent_sets`) word sets, and
+    each latent's first proposed rule."""
+    train, holdout = inputs.rows_by_split["train"], inputs.rows_by_split["holdout"]
+    fcfg = inputs.fcfg
+    tested, first_rule = _rule_candidates(feats, inputs.top, fires, column, inputs.attrs, train, holdout, inputs.lp_by_row, fcfg)
+    if fcfg.latent_sets:
+        tested += _latent_candidates(
+            feats, inputs.top, fires, column, inputs.context, inputs.attrs, train, holdout, inputs.lp_by_row, tested, fcfg, inputs.seed,
+        )
+    return tested, first_rule
+
+
+def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> list[Tested]:
+    """What passed, as units of one difference each: nested rules joined, sets a rule states
+    absorbed, and sets kept only where they add a difference beyond their rules."""
+    fcfg, top = inputs.fcfg, inputs.top
+
+    def coherent(t: Tested) -> bool:
+        if t.kind != "rule" or fcfg.min_rule_f1 <= 0:
+            return True
+        union_fires = fires[:, [column[m] for m in t.latents]].any(axis=1)
+        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in t.latents]))
+        return fit_rule(t.rule, inputs.attrs, member_top, union_fires, inputs.rows_by_split["holdout"]).f1 >= fcfg.min_rule_f1
+
+    kept = [t for t in tested if t.passed and coherent(t)]
+    units = _rule_units([t for t in kept if t.kind == "rule"], inputs.lp_by_row, fcfg)
+    sets = _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"])
+    return units + [s for s in sets if _more_than_its_rules(s, units, inputs.lp_by_row, fcfg)]
+
+
+def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> FindingTables:
+    """Candidates proposed, tested in one BH family, kept ones joined into units and units that
+    nest into findings; each finding's words are its units' words."""
+    fcfg = inputs.fcfg
+    # Any latent may propose: one that mixes words where a model wins with words where nothing
+    # differs does not pass the effect rule on its top words, yet its winning words may form a group.
+    proposers = sorted({r["latent"] for r in feats if r["n_top"] >= fcfg.min_activations})
+    fires = inputs.fires_of(proposers)
+    column = {latent: j for j, latent in enumerate(proposers)}
+    tested, first_rule = _candidates(feats, inputs, fires, column)
+    _test(tested, inputs.lp_by_row, fcfg, inputs.seed)
+    units = _kept_units(tested, inputs, fires, column)
+    groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], fcfg.finding_overlap)
+    findings = [dict(_finding_row(g, units, inputs, fires, column), finding=i) for i, g in enumerate(groups)]
+    finding_words = [
+        (i, split, np.unique(np.concatenate([getattr(units[u], f"{split}_rows") for u in g])))
+        for i, g in enumerate(groups) for split in ("train", "holdout")
+    ]
+    findings, finding_words, _ = number_by_effect(findings, finding_words)
+    features = _mark_members(feats, findings, finding_words, inputs, fires, column, first_rule)
+    return FindingTables(features, findings, [_tested_row(t) for t in tested], finding_words)
+
+
+RULE_STATES = 0.8  # a finding is said by its rules when they cover this share of its held-out words...
+MAX_STATING_RULES = 3  # ...and, when it holds a latent's group, are at most this many
+
+
+def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> dict:
+    attrs, top, fcfg, lp_by_row = inputs.attrs, inputs.top, inputs.fcfg, inputs.lp_by_row
+    holdout = inputs.rows_by_split["holdout"]
+    members = [units[i] for i in group]
+    a, b = members[0].pair
+    sign = members[0].sign
+    train_rows = np.unique(np.concatenate([u.train_rows for u in members]))
+    holdout_rows = np.unique(np.concatenate([u.holdout_rows for u in members]))
+    latents = sorted({m for u in members for m in u.latents})
+    stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, inputs.seed)
+    rules = [u.rule for u in sorted(members, key=lambda u: -len(u.holdout_rows)) if u.rule is not None]
+    # A latent's group that a long list of one-word rules happens to cover ('disk' or 'machine' or
+    # ... 18 of them) reads better as the group: rules say it when they are few.
+    few = len(rules) <= MAX_STATING_RULES or all(u.kind == "rule" for u in members)
+    by_rules = bool(rules) and few and any_mask(rules, attrs, holdout_rows).mean() >= RULE_STATES
+    row = {
+        "model_a": a, "model_b": b, "better_model": a if sign > 0 else b, "kind": "rule" if by_rules else "latent",
+        "latents": ",".join(str(x) for x in latents), "n_latents": len(latents),
+        "n_top": int(len(train_rows)), "holdout_n": int(len(holdout_rows)),
+        **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
+                                  "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
+        "top_words": top_forms(inputs.words_by_row[train_rows]),
+    }
+    if by_rules:
+        union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
+        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
+        fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
+        statement = describe_rules(rules)
+        row.update(rule=statement, rule_json=rules_to_json(rules), rule_precision=fit.precision, rule_recall=fit.recall, rule_f1=fit.f1,
+                   statement=statement, word_set_json=None)
+    else:
+        word_set = describe_word_set(attrs, train_rows)
+        row.update(rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None,
+                   statement=word_set.describe(), word_set_json=word_set.to_json())
+    return row
+
+
+def _mark_members(
+    feats: Sequence[dict], findings: list[dict], finding_words: list[tuple[int, str, np.ndarray]], inputs: FindingInputs,
+    fires: np.ndarray, column: dict[int, int], first_rule: dict[int, RuleFit],
+) -> list[dict]:
+    """The feature rows with each latent's findings, rule columns and `kept`: a latent proposing a
+    finding is a kept feature when the finding's train words cover at least `member_min_share` of
+    its train top words (a latent can propose a confirmed finding from a minority of its top words,
+    the ones that carry its difference; the finding stands, but such a mixture is not a feature a
+    person can name)."""
+    top, attrs, holdout = inputs.top, inputs.attrs, inputs.rows_by_split["holdout"]
+    train_words = {f: rows for f, split, rows in finding_words if split == "train"}
+    mine: dict[int, list[int]] = {}
+    for f in findings:
+        for m in f["latents"].split(","):
+            mine.setdefault(int(m), []).append(f["finding"])
+    by_id = {f["finding"]: f for f in findings}
+    out = []
+    for r in feats:
+        latent = r["latent"]
+        ids = sorted(mine.get(latent, []))
+        rules = [rule for f in ids if by_id[f]["rule_json"] for rule in rules_from_json(by_id[f]["rule_json"])]
+        rules = rules or ([first_rule[latent].rule] if latent in first_rule else [])
+        if not rules:
+            columns = rule_columns(None)
+        else:
+            held = fit_rules(rules, attrs, top_words(top, "holdout", latent), fires[:, column[latent]], holdout)
+            columns = {**rule_columns(LatentRule(held, held)), "rule": describe_rules(rules), "rule_json": rules_to_json(rules)}
+        kept = bool(ids) and expresses(np.concatenate([train_words[f] for f in ids]), top_words(top, "train", latent), inputs.fcfg.member_min_share)
+        out.append({**r, **columns, "kept": kept, "finding": ids[0] if ids else None, "findings": ",".join(str(f) for f in ids) or None})
+    return out
