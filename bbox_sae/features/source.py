@@ -49,12 +49,15 @@ def open_rows(cfg: Config) -> Matrix:
 
 @dataclass(frozen=True)
 class FeatureSource:
-    """One feature source over one built matrix. What is costly (word attributes, the encoder) is
-    built on first use: a caller that only needs words never loads the SAE."""
+    """One feature source over one built matrix. Everything is opened or built on first use: a
+    caller that only needs words never loads the SAE."""
 
     cfg: Config
     name: str  # `sae`, `random` or `kmeans`
-    matrix: Matrix
+
+    @cached_property
+    def matrix(self) -> Matrix:
+        return open_rows(self.cfg)
 
     @cached_property
     def _words(self) -> tuple[np.ndarray, np.ndarray]:
@@ -115,5 +118,5 @@ def feature_source(cfg: Config, name: str = "sae") -> FeatureSource:
     if key not in _opened:
         # One source at a time: a command works on one run, and each holds a memory map and an encoder.
         _opened.clear()
-        _opened[key] = FeatureSource(cfg, name, open_rows(cfg))
+        _opened[key] = FeatureSource(cfg, name)
     return _opened[key]
