@@ -106,8 +106,9 @@ def test_unreachable_labeler_keeps_the_offline_labels_fails_in_one_line_and_is_r
     line = assert_one_line_error(code, err, "label.base_url", unreachable, "every label request failed", "connection failed")
     labels = pq.read_table(out / "labels.parquet").to_pylist()
     stats = json.loads((out / "labels" / "labels.json").read_text())
-    n = stats["features"]
-    assert n > 0 and f"({n} of {n} features)" in line
+    # Latent findings are offered to the LLM too: the count covers latents and latent findings.
+    n = stats["features"] + stats["findings_offered_to_llm"]
+    assert stats["features"] > 0 and f"({n} of {n}: latents and latent findings)" in line
     assert stats["labels_failed"] == n and stats["labels_answered"] == 0
     assert sum(stats["label_errors"].values()) == n and all("connection failed" in why for why in stats["label_errors"])
     # The offline statements are kept as the labels, under their own source, saying why.

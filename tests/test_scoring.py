@@ -239,8 +239,12 @@ def test_mixed_precision_names_a_model_without_decoder_layers():
         use_bf16_matmuls(SimpleNamespace(base_model=torch.nn.Linear(2, 2)))
 
 
-def test_auto_precision_on_a_cpu_scores_with_bf16_matmuls(tiny_lm, tmp_path):
+def test_auto_precision_on_a_cpu_with_native_bf16_scores_with_bf16_matmuls(tiny_lm, tmp_path, monkeypatch):
     import yaml
+
+    import bbox_sae.models
+
+    monkeypatch.setattr(bbox_sae.models, "cpu_has_native_bf16", lambda: True)
 
     from bbox_sae.config import load_config
     from bbox_sae.scoring.precision import Bf16Linear
