@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from filelock import FileLock, Timeout
+
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
 from bbox_sae.errors import LockError
 from bbox_sae.layout import RunLayout
@@ -33,6 +35,11 @@ def _read_holder(path: Path) -> dict:
     return holder if isinstance(holder, dict) else {}
 
 
+# A short wait, not none: a taker that flocked the inode a finishing holder just unlinked is
+# not refused but tries the current file again (filelock re-polls such orphans).
+_LOCK_WAIT_S = 0.5
+
+
 @contextmanager
 def run_lock(out: Path) -> Iterator[None]:
     """One `bbox run` per output dir, held as an flock on `<out>/.lock` (which names the holder).
@@ -41,48 +48,39 @@ def run_lock(out: Path) -> Iterator[None]:
     killed run is simply free: the next run takes it over. Taking over by renaming the file
     instead (after a pid check) races: two takers could each move the other's fresh lock away.
     """
-    import fcntl
-
     out.mkdir(parents=True, exist_ok=True)
     path = RunLayout(out).lock
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    for _ in range(20):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = _read_holder(path)
-            raise LockError(
-                f"{out} is in use by another bbox run (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
-                f"started {holder.get('started', '?')}); wait for it to finish"
-            ) from None
-        except OSError as err:
-            os.close(fd)
-            raise LockError(f"{path}: cannot lock ({err.strerror}); is the output dir on a filesystem without locks?") from None
-        # The holder before us may have unlinked the file between our open and our flock: then we
-        # locked an orphan inode and must start over on the current file.
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    else:
-        raise LockError(f"{out}: could not take the lock {path}")
+    lock = FileLock(path, timeout=_LOCK_WAIT_S, mode=0o644, on_acquired=lambda fd: _write_holder(fd, path))
     try:
-        previous = _read_holder(path)
-        if previous.get("pid") not in (None, me["pid"]):
-            log.warning("took over %s from pid %s on %s (that run is gone)", path, previous.get("pid"), previous.get("host"))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
-        os.fsync(fd)
+        lock.acquire()
+    except Timeout:
+        holder = _read_holder(path)
+        raise LockError(
+            f"{out} is in use by another bbox run (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
+            f"started {holder.get('started', '?')}); wait for it to finish"
+        ) from None
+    except OSError as err:
+        raise LockError(f"{path}: cannot lock ({err.strerror}); is the output dir on a filesystem without locks?") from None
+    try:
         yield
     finally:
         # Unlink while still holding the lock, so nobody can lock this inode and think it current.
         path.unlink(missing_ok=True)
-        os.close(fd)
+        lock.release()
+
+
+def _write_holder(fd: int, path: Path) -> None:
+    """Name this run in the lock file it now holds, after noting whose stale lock it took over."""
+    try:
+        previous = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except ValueError:
+        previous = {}
+    if isinstance(previous, dict) and previous.get("pid") not in (None, os.getpid()):
+        log.warning("took over %s from pid %s on %s (that run is gone)", path, previous.get("pid"), previous.get("host"))
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    os.fsync(fd)
 
 
 def run_all(

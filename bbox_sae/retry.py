@@ -1,15 +1,22 @@
 """One retry policy for the HTTP clients (labeling's chat endpoint, remote scoring): which
-failures are worth another attempt, how each is described, and how long to wait."""
+failures are worth another attempt, how each is described, and how long to wait; `retrying`
+runs it with tenacity.
+
+Not the openai client's own `max_retries` (both clients set it to 0): it would hide retries from
+our counters, could not move a scoring request to another replica, and does not retry a
+malformed reply."""
 
 from __future__ import annotations
 
 import email.utils
 import json
+import random
 import time
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Callable, Literal, Mapping, Protocol
 
 import openai
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 # Besides 5xx: statuses that say "try again later" rather than "this request is wrong".
 RETRY_STATUS = frozenset({408, 409, 429})
@@ -63,6 +70,38 @@ def classify(err: BaseException, timeout_s: float | None = None) -> Failure:
         return Failure("retry", str(err))
     # e.g. a body the client could not parse into its response type: asking again will not help.
     return Failure("fail", f"{type(err).__name__}: {err}")
+
+
+class RetrySettings(Protocol):
+    """The retry fields of a config section (label, or an endpoint model)."""
+
+    max_retries: int
+    backoff_base_s: float
+    backoff_max_s: float
+
+
+def retrying(settings: RetrySettings, rng: random.Random, on_retry: Callable[[RetryCallState], None]) -> AsyncRetrying:
+    """Attempts of one request (`async for attempt in retrying(...): with attempt: ...`): what
+    `classify` calls transient is tried again, up to `max_retries` times, after `backoff_delay`
+    (`on_retry` runs just before each wait, which is `upcoming_sleep`); anything else, and the
+    last failure, is raised as it is. Build one per request: its state is not shared."""
+
+    def wait(state: RetryCallState) -> float:
+        # Ours, not tenacity's wait_random_exponential: that one draws from the global `random`
+        # and has no way to wait at least the server's Retry-After.
+        failure = classify(state.outcome.exception())
+        return backoff_delay(
+            state.attempt_number - 1, settings.backoff_base_s, settings.backoff_max_s, rng.random(), failure.retry_after_s
+        )
+
+    return AsyncRetrying(
+        retry=retry_if_exception(lambda err: isinstance(err, REQUEST_ERRORS) and classify(err).action == "retry"),
+        stop=stop_after_attempt(settings.max_retries + 1),
+        wait=wait,
+        before_sleep=on_retry,
+        reraise=True,
+    )
+
 
 def backoff_delay(retry: int, base_s: float, max_s: float, jitter: float, retry_after_s: float | None) -> float:
     """Wait before retry number `retry` (0-based): exponential, jittered to 50-100% so parallel

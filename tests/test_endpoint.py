@@ -16,7 +16,7 @@ import yaml
 
 from assets import REPO, tiny_lm_dir
 from bbox_sae.artifacts import read_table
-from bbox_sae.config import config_from_dict
+from bbox_sae.config import ModelConfig, config_from_dict
 from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.base import plan_windows
@@ -59,7 +59,8 @@ def reference():
 
 def make_scorer(kind, urls, **kw):
     kw = {"served_model": "tiny", "start_token": START[kind], "window": WINDOW, "stride": STRIDE, "backoff_base_s": 0.01, **kw}
-    return EndpointScorer(kind, urls, lm(kind)[1], **kw)
+    model = ModelConfig(name=kind, source="endpoint", endpoints=urls, tokenizer=str(tiny_lm_dir(kind)), **kw)
+    return EndpointScorer(model, lm(kind)[1])
 
 
 def n_windows(kind, docs):

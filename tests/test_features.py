@@ -74,15 +74,32 @@ def test_percentile_rule_follows_the_paper():
     assert percentile_rule(np.zeros(0)).tolist() == []
 
 
-@given(st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), min_size=1, max_size=50))
-@settings(max_examples=200, deadline=None)
+P_VALUES = st.one_of(st.floats(0, 1), st.sampled_from([0.0, 1.0, 0.01, 0.05, 0.5, float("nan")]))  # ties, 0s, 1s
+
+
+@given(st.lists(P_VALUES, min_size=1, max_size=80))
+@settings(max_examples=300, deadline=None)
 def test_bh_matches_scipy(p):
     p = np.array(p)
     q = bh_qvalues(p)
     ok = ~np.isnan(p)
     assert np.isnan(q[~ok]).all()
     if ok.any():
-        np.testing.assert_allclose(q[ok], sps.false_discovery_control(p[ok], method="bh"), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(q[ok], sps.false_discovery_control(p[ok], method="bh"), rtol=0, atol=1e-12)
+
+
+@given(
+    x=st.lists(st.one_of(st.floats(-5, 5), st.sampled_from([0.0, 1.0])), min_size=2, max_size=200),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_bootstrap_ci_matches_scipy_for_the_same_seed(x, seed):
+    x = np.array(x)
+    ours = bootstrap_median_ci(x, 200, seed)
+    theirs = sps.bootstrap(
+        (x,), np.median, n_resamples=200, method="percentile", rng=np.random.default_rng(seed), vectorized=True
+    ).confidence_interval
+    np.testing.assert_allclose(ours, (theirs.low, theirs.high), rtol=0, atol=1e-12)
 
 
 def test_context_is_cut_at_word_boundaries():

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from assets import ASSETS
+from bbox_sae.config import ModelConfig
 from bbox_sae.errors import EndpointError
 from bbox_sae.models import convert_gguf, load_causal_lm, resolve_gguf
 from bbox_sae.scoring.endpoint import EndpointScorer
@@ -85,7 +86,10 @@ def echo(url, prompt):
 
 
 def scorer(url, transformers_lm, **kw):
-    return EndpointScorer("smollm2", [url], transformers_lm[1], start_token="<|endoftext|>", max_retries=0, timeout_s=300, **kw)
+    model = ModelConfig(
+        name="smollm2", source="endpoint", endpoints=[url], tokenizer="smollm2", start_token="<|endoftext|>", max_retries=0, timeout_s=300, **kw
+    )
+    return EndpointScorer(model, transformers_lm[1])
 
 
 def test_endpoint_scorer_refuses_what_llamacpp_echoes(server, transformers_lm):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from markupsafe import escape
 
 from bbox_sae.config import config_from_dict
 from bbox_sae.errors import ArtifactError
@@ -250,6 +251,23 @@ def test_hostile_text_is_escaped_and_round_trips(report):
     first = hostile["contexts"]["train"][0]
     assert (first["left"], first["word"], first["right"]) == (HOSTILE_LEFT, HOSTILE_WORD, HOSTILE_RIGHT)
     assert first["domain"] == "web"
+
+
+def test_hostile_header_text_is_escaped(tmp_path):
+    """The header's template escapes what comes from the run: domain names, SAE metrics."""
+    out = build_output_dir(tmp_path / "run")
+    stats = corpus_stats()
+    stats["domains"] = {HOSTILE_WORD: {"documents": 1, "words": 2, "models": {"alpha": {"perplexity": 3.0}}}}
+    (out / "corpus_stats.json").write_text(json.dumps(stats))
+    (out / "sae" / "r1").mkdir(parents=True)
+    (out / "sae" / "r1" / "metrics.json").write_text(json.dumps({"note": HOSTILE_LABEL}))
+    run_report(report_config(out))
+    page = (out / "report.html").read_text(encoding="utf-8")
+    header = page.split("</header>", 1)[0]
+    assert HOSTILE_WORD not in page and "<script" not in header
+    assert f'<tr data-domain="{escape(HOSTILE_WORD)}"><td>{escape(HOSTILE_WORD)}</td>' in header
+    assert f"<td>note</td><td>{escape(HOSTILE_LABEL)}</td>" in header
+    assert check_structure(page).problems == [] and page.count("</script>") == 2
 
 
 def test_html_header_shows_corpus_level_numbers(report):

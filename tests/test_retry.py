@@ -2,10 +2,14 @@
 judged on the errors the real `openai` client raises against a local server."""
 
 import asyncio
+import random
+from types import SimpleNamespace
 
+import httpx
 import openai
+import pytest
 
-from bbox_sae.retry import FATAL_STATUS, REQUEST_ERRORS, RETRY_STATUS, classify
+from bbox_sae.retry import FATAL_STATUS, REQUEST_ERRORS, RETRY_STATUS, MalformedReply, classify, retrying
 from fake_openai import FakeOpenAI, Reply
 
 STATUSES = [400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 502, 503, 504]
@@ -43,3 +47,41 @@ def test_a_timeout_is_retried_and_names_the_limit():
     f = classify(err, timeout_s=0.2)
     assert f.action == "retry" and f.description == "timed out: no answer within 0.2 s"
     assert classify(err).description == "timed out"
+
+
+def attempts_made(errors: list[BaseException], waits: list[float], max_retries: int = 2) -> int:
+    """Runs a request that raises `errors` in turn, then succeeds; returns how many attempts it took."""
+    settings = SimpleNamespace(max_retries=max_retries, backoff_base_s=0.0, backoff_max_s=0.0)
+
+    async def run():
+        calls = 0
+        async for attempt in retrying(settings, random.Random(0), lambda state: waits.append(state.upcoming_sleep)):
+            with attempt:
+                calls += 1
+                if errors:
+                    raise errors.pop(0)
+        return calls
+
+    return asyncio.run(run())
+
+
+def test_retrying_retries_transient_failures_and_waits_out_retry_after():
+    rate_limited = openai.RateLimitError(
+        "slow down", response=httpx.Response(429, headers={"retry-after": "5"}, request=httpx.Request("POST", "http://x")), body=None
+    )
+    waits: list[float] = []
+    assert attempts_made([rate_limited, MalformedReply("truncated")], waits) == 3
+    assert waits == [5.0, 0.0]  # backoff is 0 here: only Retry-After explains the wait
+
+
+def test_retrying_gives_up_after_max_retries_and_raises_anything_else_at_once():
+    waits: list[float] = []
+    with pytest.raises(MalformedReply, match="third"):
+        attempts_made([MalformedReply("first"), MalformedReply("second"), MalformedReply("third")], waits)
+    assert len(waits) == 2
+    refused = openai.BadRequestError("bad", response=httpx.Response(400, request=httpx.Request("POST", "http://x")), body=None)
+    for err in (refused, ValueError("a bug, not the server")):
+        waits.clear()
+        with pytest.raises(type(err)):
+            attempts_made([err], waits)
+        assert waits == []

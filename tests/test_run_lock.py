@@ -7,11 +7,13 @@ last checkpoint) with the same final artifacts as an uninterrupted run.
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -79,12 +81,38 @@ def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, ti
 
 def test_lock_is_exclusive_within_one_process_and_released(tmp_path):
     with run_lock(tmp_path):
-        with pytest.raises(LockError, match=rf"pid {__import__('os').getpid()} on {socket.gethostname()}"):
+        with pytest.raises(LockError, match=rf"pid {os.getpid()} on {socket.gethostname()}"):
             with run_lock(tmp_path):
                 pass
     assert not (tmp_path / ".lock").exists()
     with run_lock(tmp_path):  # free again
         pass
+
+
+def test_a_stale_lock_is_taken_over_and_names_the_new_holder(tmp_path, caplog):
+    (tmp_path / ".lock").write_text(json.dumps({"pid": 999999999, "host": "elsewhere", "started": "earlier"}))
+    with caplog.at_level("WARNING", logger="bbox_sae.pipeline"), run_lock(tmp_path):
+        holder = json.loads((tmp_path / ".lock").read_text())
+        assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+    assert f"took over {tmp_path / '.lock'} from pid 999999999 on elsewhere" in caplog.text
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_run_finishing_as_another_starts_does_not_refuse_it(tmp_path):
+    held, release = threading.Event(), threading.Event()
+
+    def finishing_run():
+        with run_lock(tmp_path):
+            held.set()
+            release.wait()
+
+    first = threading.Thread(target=finishing_run)
+    first.start()
+    held.wait()
+    threading.Timer(0.05, release.set).start()
+    with run_lock(tmp_path):  # waits out the holder's last moments instead of refusing
+        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+    first.join()
 
 
 RACER = textwrap.dedent(

@@ -60,6 +60,9 @@ def bootstrap_median_ci(x: np.ndarray, n_boot: int, seed: int, level: float = 0.
     """Percentile bootstrap CI of the median. Past `BOOTSTRAP_MAX_N` values (a rule tested on every
     word it matches can cover thousands) it resamples a random subset of that size: the interval
     comes out a little wider than the full sample's, never narrower."""
+    # Not scipy.stats.bootstrap: for the same seed it draws the same resamples, but its percentile
+    # step differs in the last bit in 20 of 300 measured cases (findings must stay byte-identical),
+    # it refuses a single value, and it was no faster (0.10 s vs 0.12 s for 4000 values x 1000).
     if len(x) == 0:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
@@ -98,6 +101,8 @@ def delta_stats(dlogp: np.ndarray, dp: np.ndarray, n_boot: int, seed: int) -> di
 
 def bh_qvalues(p: np.ndarray) -> np.ndarray:
     """Benjamini-Hochberg adjusted p-values; NaN p-values stay NaN and do not count as tests."""
+    # Not scipy.stats.false_discovery_control: it scales by p * (m / i), not p * m / i, which moved
+    # 22% of 300k measured q-values by one ulp (findings must stay byte-identical), and it refuses NaN.
     p = np.asarray(p, dtype=np.float64)
     q = np.full_like(p, np.nan)
     ok = np.flatnonzero(~np.isnan(p))

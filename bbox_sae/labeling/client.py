@@ -1,4 +1,4 @@
-"""The OpenAI-compatible asker: one concurrency limit, our retry policy, an answer cache on disk."""
+"""The OpenAI-compatible asker: one concurrency limit, our retry policy (`bbox_sae.retry`), an answer cache on disk."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from bbox_sae.artifacts import atomic_write_json
 from bbox_sae.config import LabelConfig
 from bbox_sae.errors import EndpointError
 from bbox_sae.labeling.messages import PROMPT_VERSION
-from bbox_sae.retry import MalformedReply
-from bbox_sae.retry import REQUEST_ERRORS, backoff_delay, classify
+from bbox_sae.retry import REQUEST_ERRORS, MalformedReply, classify, retrying
 
 T = TypeVar("T")
 
@@ -111,28 +110,27 @@ class Asker:
             else:
                 self.stats.cache_hits += 1
                 return value
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                content = await self._send(kind, messages)
-                value = parse(content)
-            except REQUEST_ERRORS as err:
-                failure = classify(err, self.cfg.timeout_s)
-                if failure.action == "fatal":
-                    raise EndpointError(
-                        f"{self.cfg.base_url}: {failure.description} for model '{self.cfg.model}'; "
-                        f"check label.base_url, label.model and ${self.cfg.api_key_env}"
-                    ) from None
-                if failure.action == "fail" or attempt > self.cfg.max_retries:
-                    self.stats.failures += 1
-                    raise RequestFailed(f"{kind} request failed after {attempt} attempt(s): {failure.description}") from None
-                self.stats.retries += 1
-                wait = backoff_delay(attempt - 1, self.cfg.backoff_base_s, self.cfg.backoff_max_s, self.rng.random(), failure.retry_after_s)
-                await asyncio.sleep(wait)
-                continue
-            atomic_write_json(path, {"kind": kind, "model": self.cfg.model, "prompt_version": PROMPT_VERSION, "content": content})
-            return value
+        attempts = retrying(self.cfg, self.rng, on_retry=self._count_retry)
+        try:
+            async for attempt in attempts:
+                with attempt:
+                    content = await self._send(kind, messages)
+                    value = parse(content)
+        except REQUEST_ERRORS as err:
+            failure = classify(err, self.cfg.timeout_s)
+            if failure.action == "fatal":
+                raise EndpointError(
+                    f"{self.cfg.base_url}: {failure.description} for model '{self.cfg.model}'; "
+                    f"check label.base_url, label.model and ${self.cfg.api_key_env}"
+                ) from None
+            self.stats.failures += 1
+            tries = attempts.statistics["attempt_number"]
+            raise RequestFailed(f"{kind} request failed after {tries} attempt(s): {failure.description}") from None
+        atomic_write_json(path, {"kind": kind, "model": self.cfg.model, "prompt_version": PROMPT_VERSION, "content": content})
+        return value
+
+    def _count_retry(self, _state) -> None:
+        self.stats.retries += 1
 
     def _check_budget(self, kind: str) -> None:
         budget = self.cfg.max_tokens_total

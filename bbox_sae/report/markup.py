@@ -20,10 +20,6 @@ def _safe(child) -> str:
     return child if isinstance(child, Markup) else html.escape(str(child))
 
 
-def text(value) -> Markup:
-    return Markup(html.escape(str(value)))
-
-
 def join(parts) -> Markup:
     return Markup("".join(_safe(p) for p in parts))
 
