@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, sha256_file
 from bbox_sae.config import Config, key_settings

@@ -133,7 +133,7 @@ def test_every_config_field_says_whether_it_is_part_of_a_key():
 
     with pytest.raises(TypeError, match=r"\['retries'\] must say whether they are part of a stage's key"):
 
-        class Undecided(Section):  # noqa: F841 (defining it is the test)
+        class Undecided(Section):
             depth: Key[int] = 1
             batch: Operational[int] = 8
             retries: int = 3

@@ -46,7 +46,7 @@ class SAEConfig(Section):
         return value if value is None else path_component(value, "run_name")
 
     @model_validator(mode="after")
-    def _check_k(self) -> "SAEConfig":
+    def _check_k(self) -> SAEConfig:
         if self.k > self.d_sae:
             raise ValueError(f"k ({self.k}) must be <= d_sae ({self.d_sae})")
         return self

@@ -34,7 +34,7 @@ class CorpusConfig(Section):
     _path_not_empty = field_validator("path")(not_empty)
 
     @model_validator(mode="after")
-    def _check_hf_fields(self) -> "CorpusConfig":
+    def _check_hf_fields(self) -> CorpusConfig:
         # Only load_dataset reads them: elsewhere they would be silently ignored.
         for name in ("hf_config", "hf_streaming"):
             if getattr(self, name) and self.format != "hf":
@@ -100,7 +100,7 @@ class ModelConfig(Section):
         return path_component(value, "model name")
 
     @model_validator(mode="after")
-    def _check_source(self) -> "ModelConfig":
+    def _check_source(self) -> ModelConfig:
         if self.stride > self.window - 1:
             raise ValueError(f"stride ({self.stride}) must be < window ({self.window})")
         if self.source in ("hf", "parquet") and not self.path:
@@ -129,7 +129,7 @@ class EmbeddingConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _check_window(self) -> "EmbeddingConfig":
+    def _check_window(self) -> EmbeddingConfig:
         if self.stride > self.window:
             raise ValueError(f"stride ({self.stride}) must be <= window ({self.window})")
         return self

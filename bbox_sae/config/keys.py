@@ -16,8 +16,9 @@ A section whose field says none of these is refused when the class is defined.
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -29,23 +30,20 @@ T = TypeVar("T")
 class KeyPolicy:
     """How a field takes part in the keys of the stages that read its section."""
 
-    kind: str  # "key", "operational" or "name"
+    kind: Literal["key", "operational", "name"]
     condition: Callable[[Any], bool] | None = None
 
     def in_key(self, section: BaseModel) -> bool:
         return self.kind == "key" and (self.condition is None or self.condition(section))
 
 
-KEY = KeyPolicy("key")
-OPERATIONAL = KeyPolicy("operational")
-NAME = KeyPolicy("name")
-
-Key = Annotated[T, KEY]
-Operational = Annotated[T, OPERATIONAL]
-Name = Annotated[T, NAME]
+Key = Annotated[T, KeyPolicy("key")]
+Operational = Annotated[T, KeyPolicy("operational")]
+Name = Annotated[T, KeyPolicy("name")]
 
 
 def key_when(condition: Callable[[Any], bool]) -> KeyPolicy:
+    """In the key only when `condition(section)` holds."""
     return KeyPolicy("key", condition)
 
 
@@ -59,19 +57,18 @@ def _section_type(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _policies(info: FieldInfo) -> list[KeyPolicy]:
+    return [m for m in info.metadata if isinstance(m, KeyPolicy)]
+
+
 def field_policy(info: FieldInfo) -> KeyPolicy | None:
     """The field's declared policy; None for a field that holds a section (its fields say theirs)."""
-    policies = [m for m in info.metadata if isinstance(m, KeyPolicy)]
-    return policies[0] if policies else None
+    return next(iter(_policies(info)), None)
 
 
 def unclassified_fields(section: type[BaseModel]) -> list[str]:
-    """Fields that say neither Key, Operational, Name nor key_when (nor hold a section)."""
-    return [
-        name
-        for name, info in section.model_fields.items()
-        if len([m for m in info.metadata if isinstance(m, KeyPolicy)]) != 1 and _section_type(info.annotation) is None
-    ]
+    """Fields that say neither Key, Operational, Name nor key_when (nor hold a section), or say two."""
+    return [name for name, info in section.model_fields.items() if len(_policies(info)) != 1 and _section_type(info.annotation) is None]
 
 
 def key_settings(section: BaseModel) -> dict:

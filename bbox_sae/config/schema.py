@@ -9,7 +9,14 @@ from pathlib import Path
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from bbox_sae.config.analysis import BuildConfig, FeaturesConfig, LabelConfig, ReportConfig, SAEConfig, WandbConfig
+from bbox_sae.config.analysis import (
+    BuildConfig,
+    FeaturesConfig,
+    LabelConfig,
+    ReportConfig,
+    SAEConfig,
+    WandbConfig,
+)
 from bbox_sae.config.inputs import CorpusConfig, EmbeddingConfig, ModelConfig
 from bbox_sae.config.keys import Key, Operational, key_settings
 from bbox_sae.config.section import Section, not_empty
@@ -48,7 +55,7 @@ class Config(Section):
         return models
 
     @model_validator(mode="after")
-    def _check_pairs(self) -> "Config":
+    def _check_pairs(self) -> Config:
         names = {m.name for m in self.models}
         if not self.compare:
             self.compare = [(self.models[0].name, self.models[1].name)]

@@ -82,10 +82,7 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
 def model_key(model_cfg: ModelConfig) -> str:
     """What one model's scores depend on: its key settings (config/keys.py), what `dtype: auto`
     means on this host, and the version of the rounding code where it is used."""
-    from bbox_sae.stages import BY_NAME
-
-    # Its name labels the entry in the score stage's settings ({name: model_key}).
-    relevant = {k: v for k, v in key_settings(model_cfg).items() if k != "name"}
+    relevant = key_settings(model_cfg)
     if model_cfg.dtype == "auto" and model_cfg.source in ("hf", "gguf"):
         from bbox_sae.models import SCORING_DTYPE_AUTO, cpu_has_native_bf16
 
@@ -94,6 +91,8 @@ def model_key(model_cfg: ModelConfig) -> str:
             # auto means float32 on such a CPU: its scores are not those of `mixed`.
             relevant["cpu_native_bf16"] = False
     if model_cfg.source in ("hf", "gguf") and (model_cfg.dtype in ("auto", "mixed") or model_cfg.head == "refined"):
+        from bbox_sae.stages import BY_NAME  # the registry holds every stage's code version
+
         relevant["precision_version"] = BY_NAME["score"].version["precision"]
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
