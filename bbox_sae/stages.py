@@ -1,7 +1,8 @@
 """The stage registry: every pipeline stage once, with what it reads and writes.
 
 The CLI (one subcommand per stage), `bbox run` and the tests all read `STAGES`. A stage's key
-is content-addressed: it hashes the config the stage declares (`settings`), the files outside
+is content-addressed: it hashes the config the stage reads (`settings`: only the fields the schema
+marks as part of a key, `bbox_sae/config/keys.py`) and its code's `version`, the files outside
 the output dir it reads (`sources`: the corpus, users' log-prob files, by checksum), and the
 recorded digests of the stages whose outputs it reads (`inputs`). `manifest.json` records, for
 each finished stage, its key and the checksums of its outputs; a stage is current when its key
@@ -16,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, sha256_file
-from bbox_sae.config import Config
+from bbox_sae.config import Config, key_settings
 from bbox_sae.errors import ArtifactError
 from bbox_sae.layout import RunLayout
 
@@ -36,11 +37,21 @@ class Stage:
     settings: Callable[[Config], dict]
     outputs: Callable[[Config], list[Path]]
     sources: Callable[[Config], dict] = field(default=lambda cfg: {})
+    # The version of the code that writes the outputs, by part: bump one when that code changes what
+    # it writes for the same settings, and the runs made before are redone. `settings` puts it in
+    # the key (the score stage's goes into the key of each model that uses that code, `model_key`,
+    # so that only those are scored again). A stage whose code never changed its outputs has none.
+    version: Mapping[str, int] = field(default_factory=dict)
 
 
-def _sections(cfg: Config, *names: str) -> dict:
-    data = cfg.model_dump(mode="json")
-    return {n: data[n] for n in names}
+def _key_sections(cfg: Config, *names: str) -> dict:
+    """The named sections (or top-level fields) as keys hold them: without operational fields."""
+    settings = key_settings(cfg)
+    return {n: settings[n] for n in names}
+
+
+def _version(stage: str) -> Mapping[str, int]:
+    return BY_NAME[stage].version
 
 
 # ---------------------------------------------------------------- what each stage runs
@@ -97,18 +108,6 @@ def _label(cfg: Config, key: str) -> dict:
     return run_label(cfg)
 
 
-def _offline_labeler_version() -> int:
-    from bbox_sae.labeling.heuristic import OFFLINE_LABELER_VERSION
-
-    return OFFLINE_LABELER_VERSION
-
-
-def _findings_version() -> int:
-    from bbox_sae.features.grouping import FINDINGS_VERSION
-
-    return FINDINGS_VERSION
-
-
 def _report(cfg: Config, key: str) -> dict:
     from bbox_sae.report import run_report
 
@@ -136,21 +135,13 @@ def _corpus(cfg: Config) -> dict:
     return {"corpus": corpus_fingerprint(cfg.corpus, run_dirs(cfg))}
 
 
-def _embed_settings(cfg: Config) -> dict:
-    from bbox_sae.embedding.stage import embedding_settings
-
-    return {"embedding": embedding_settings(cfg.embedding)}
-
-
-# Operational knobs (batching, devices, concurrency, retries) are left out of the settings:
-# they do not change a stage's outputs, so changing them must not redo work.
 STAGES: list[Stage] = [
     Stage(
         "ingest",
         "read the corpus into documents and words, and split it into train / holdout",
         _ingest,
         inputs=(),
-        settings=lambda c: {**_sections(c, "corpus", "seed")},
+        settings=lambda c: _key_sections(c, "corpus", "seed"),
         outputs=lambda c: [c.paths.documents, c.paths.words],
         sources=_corpus,
     ),
@@ -160,6 +151,9 @@ STAGES: list[Stage] = [
         _score,
         inputs=("ingest",),
         settings=_score_settings,
+        # 2: the refined head streams the vocabulary (scoring/precision.py: the rounding of
+        # `dtype: mixed` and of the refined head).
+        version={"precision": 2},
         outputs=lambda c: [c.paths.logprobs(m.name) for m in c.models],
         sources=_user_logprobs,
     ),
@@ -168,7 +162,7 @@ STAGES: list[Stage] = [
         "contextual word embeddings",
         _embed,
         inputs=("ingest",),
-        settings=_embed_settings,
+        settings=lambda c: _key_sections(c, "embedding"),
         outputs=lambda c: [c.paths.embeddings],
     ),
     Stage(
@@ -176,7 +170,7 @@ STAGES: list[Stage] = [
         "performance-aware embedding matrix",
         _build,
         inputs=("ingest", "score", "embed"),
-        settings=lambda c: {**_sections(c, "build"), "models": [m.name for m in c.models]},
+        settings=lambda c: {**_key_sections(c, "build"), "models": [m.name for m in c.models]},
         outputs=lambda c: [c.paths.matrix, c.paths.index, c.paths.build_info],
     ),
     Stage(
@@ -184,7 +178,7 @@ STAGES: list[Stage] = [
         "train the sparse autoencoder with sae-lens",
         _train,
         inputs=("build",),
-        settings=lambda c: {"sae": c.sae.model_dump(mode="json", exclude={"device", "checkpoint_every"})},
+        settings=lambda c: _key_sections(c, "sae"),
         outputs=lambda c: [c.sae_paths.weights, c.sae_paths.sae_config],
     ),
     Stage(
@@ -192,7 +186,12 @@ STAGES: list[Stage] = [
         "top activations, context rules tested on held-out text, findings",
         _features,
         inputs=("ingest", "build", "train"),
-        settings=lambda c: {**_sections(c, "features", "compare"), "findings": _findings_version()},
+        settings=lambda c: {**_key_sections(c, "features", "compare"), **_version("features")},
+        # How findings are grouped (features/grouping.py). 2: a nested group is said by its broadest
+        # rule only when the words it adds differ too, and listed words after one listed word are one
+        # finding. 3: a run of spaces is said in words. 4: latents' groups of words; findings join
+        # only what nests, never by embedding similarity.
+        version={"findings": 4},
         outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.finding_words, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
     ),
     Stage(
@@ -201,12 +200,10 @@ STAGES: list[Stage] = [
         _label,
         # The negatives for validation are drawn here, from the matrix through the trained SAE.
         inputs=("ingest", "build", "train", "features"),
-        # Operational knobs do not change the answers (and answers are cached anyway).
-        settings=lambda c: {
-            "label": c.label.model_dump(mode="json", exclude={"concurrency", "dry_run", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"}),
-            "seed": c.seed,
-            "offline_labeler": _offline_labeler_version(),
-        },
+        settings=lambda c: {**_key_sections(c, "label", "seed"), **_version("label")},
+        # The heuristic labeler (labeling/heuristic.py). 5: latents of latent findings are said by
+        # their word sets; findings' statements are scored.
+        version={"offline_labeler": 5},
         outputs=lambda c: [c.paths.labels, c.paths.finding_labels, c.paths.label_negatives, c.paths.label_stats],
     ),
     Stage(
@@ -217,7 +214,7 @@ STAGES: list[Stage] = [
         # corpus stats, labels. A stage's key holds only its inputs' digests, so one left out here
         # could change without the report being redone.
         inputs=("ingest", "train", "features", "label"),
-        settings=lambda c: _sections(c, "report", "wandb"),
+        settings=lambda c: _key_sections(c, "report", "wandb"),
         outputs=lambda c: [c.paths.report_html, c.paths.report_md],
     ),
 ]

@@ -218,6 +218,16 @@ def test_stage_outputs_changed_by_hand_are_redone(project, capsys):
     assert_equals_fresh(capsys, project)
 
 
+def test_operational_settings_redo_nothing_and_key_settings_redo_their_stage(project, capsys):
+    small = ("--set", "sae.d_sae=16", "--set", "sae.k=2", "--set", "sae.epochs=2")
+    assert run_until(capsys, project, "features", *small)[0] == 0
+    knobs = ("build.chunk_rows=3", "features.chunk_rows=2", "embedding.batch_size=1", "sae.checkpoint_every=7", "sae.device=cpu")
+    code, err = run_until(capsys, project, "features", *small, *(a for knob in knobs for a in ("--set", knob)))
+    assert code == 0 and all(f"{name}: up to date" in err for name in STAGE_NAMES[: STAGE_NAMES.index("features") + 1]), err
+    code, err = run_until(capsys, project, "features", *small, "--set", "build.output_feature_weight=0.5")
+    assert code == 0 and "embed: up to date" in err and "build: done" in err and "features: done" in err, err
+
+
 # ---------------------------------------------------------------- OS errors: one line naming the path
 
 

@@ -535,22 +535,20 @@ def test_label_settings_are_in_the_label_key_only(tmp_path, setting):
 
 
 def test_a_new_offline_labeler_relabels_an_old_run(tmp_path, monkeypatch):
-    import bbox_sae.labeling.heuristic as heuristic
     from bbox_sae.stages import BY_NAME, stage_key
 
     manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train", "features")}}
     before = stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest)
-    monkeypatch.setattr(heuristic, "OFFLINE_LABELER_VERSION", heuristic.OFFLINE_LABELER_VERSION + 1)
+    monkeypatch.setitem(BY_NAME["label"].version, "offline_labeler", BY_NAME["label"].version["offline_labeler"] + 1)
     assert stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest) != before
 
 
 def test_a_new_findings_grouping_makes_the_findings_again(tmp_path, monkeypatch):
-    import bbox_sae.features.grouping as grouping
     from bbox_sae.stages import BY_NAME, stage_key
 
     manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train")}}
     before = stage_key(BY_NAME["features"], make_cfg(tmp_path), manifest)
-    monkeypatch.setattr(grouping, "FINDINGS_VERSION", grouping.FINDINGS_VERSION + 1)
+    monkeypatch.setitem(BY_NAME["features"].version, "findings", BY_NAME["features"].version["findings"] + 1)
     assert stage_key(BY_NAME["features"], make_cfg(tmp_path), manifest) != before
 
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.scoring.align import token_word_ranges
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table
-from bbox_sae.config import Config, EmbeddingConfig
+from bbox_sae.config import Config, EmbeddingConfig, key_settings
 from bbox_sae.corpus.documents import shard_key, shard_ranges
 from bbox_sae.errors import ArtifactError, ConfigError
 from bbox_sae.corpus.words import word_spans
@@ -210,16 +210,11 @@ def embeddings_table(doc_ids: list[str], vectors: list[np.ndarray], store_dtype:
     )
 
 
-def embedding_settings(cfg: EmbeddingConfig) -> dict:
-    """What shapes the vectors (batching and device do not)."""
-    return cfg.model_dump(mode="json", exclude={"batch_size", "device"})
-
-
 def run_embed(cfg: Config) -> dict:
     documents = read_table(cfg.paths.documents)
     table = ShardedTable(cfg.paths.embeddings)
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
-    settings = json.dumps(embedding_settings(cfg.embedding), sort_keys=True)
+    settings = json.dumps(key_settings(cfg.embedding), sort_keys=True)
     keys = {k: shard_key(documents.slice(a, b - a), settings) for k, (a, b) in enumerate(ranges)}
     todo = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
     stats = {"documents": 0, "words": 0, "seconds": 0.0}

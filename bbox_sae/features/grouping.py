@@ -18,11 +18,8 @@ from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import LatentRule, group_latents, mine_rule, top_forms
 from bbox_sae.features.rules import WordAttributes, rules_to_json
 
-# Part of the features stage's key: findings made by an older grouping are made again.
-# 2: a nested group is said by its broadest rule only when the words it adds differ too, and
-# listed words after one listed word are one finding. 3: a run of spaces is said in words.
-# 4: latents' groups of words; findings join only what nests, never by embedding similarity.
-FINDINGS_VERSION = 4
+# A change to the findings this groups: bump the features stage's version["findings"] in
+# bbox_sae/stages.py, so that findings made before are made again.
 
 
 def rule_columns(fit: LatentRule | None) -> dict:

@@ -23,9 +23,8 @@ _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a d
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
-# Part of the label stage's key: a run labeled by an older offline labeler is labeled again.
-# 5: latents of latent findings are said by their word sets; findings' statements are scored.
-OFFLINE_LABELER_VERSION = 5
+# A change to the labels this writes: bump the label stage's version["offline_labeler"] in
+# bbox_sae/stages.py, so that runs labeled before are labeled again.
 
 _PUNCT_NAMES = {
     ",": "comma", ".": "period", "!": "exclamation mark", "?": "question mark", ";": "semicolon",

@@ -15,10 +15,8 @@ import torch
 
 from bbox_sae.errors import ConfigError
 
-
-# Part of the scores' cache key where `mixed` or the refined head is used: scores computed before
-# a change of their rounding are computed again. 2: the refined head streams the vocabulary.
-PRECISION_VERSION = 2
+# A change to the scores this rounding gives: bump the score stage's version["precision"] in
+# bbox_sae/stages.py, so that the models using it are scored again.
 
 
 class Bf16Linear(torch.nn.Module):

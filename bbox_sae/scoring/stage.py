@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
-from bbox_sae.config import Config, ModelConfig
+from bbox_sae.config import Config, ModelConfig, key_settings
 from bbox_sae.corpus.ingest import ingest
 from bbox_sae.corpus.documents import IngestStats, corpus_fingerprint, documents_table, load_documents, run_dirs, shard_key, shard_ranges, words_table
 from bbox_sae.errors import ArtifactError, ScoringError
@@ -80,14 +80,9 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
 
 
 def model_key(model_cfg: ModelConfig) -> str:
-    fields = {"source", "path", "package", "file", "start_token", "window", "stride", "dtype", "served_model", "prompt_logprobs"}
-    if (model_cfg.head, model_cfg.refine_top) != ("auto", 32):
-        # Only when set: the shards of runs from before these fields existed keep their keys.
-        fields |= {"head", "refine_top"}
-    if model_cfg.source == "endpoint":
-        # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
-        fields.add("tokenizer")
-    relevant = model_cfg.model_dump(mode="json", include=fields)
+    """What one model's scores depend on: its key settings (config/keys.py), what `dtype: auto`
+    means on this host, and the version of the rounding code where it is used."""
+    relevant = key_settings(model_cfg)
     if model_cfg.dtype == "auto" and model_cfg.source in ("hf", "gguf"):
         from bbox_sae.models import SCORING_DTYPE_AUTO, cpu_has_native_bf16
 
@@ -96,9 +91,9 @@ def model_key(model_cfg: ModelConfig) -> str:
             # auto means float32 on such a CPU: its scores are not those of `mixed`.
             relevant["cpu_native_bf16"] = False
     if model_cfg.source in ("hf", "gguf") and (model_cfg.dtype in ("auto", "mixed") or model_cfg.head == "refined"):
-        from bbox_sae.scoring.precision import PRECISION_VERSION
+        from bbox_sae.stages import BY_NAME  # the registry holds every stage's code version
 
-        relevant["precision_version"] = PRECISION_VERSION
+        relevant["precision_version"] = BY_NAME["score"].version["precision"]
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,100 @@
+"""The whole config: one section per stage, and the paths of the run it describes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from bbox_sae.config.analysis import (
+    BuildConfig,
+    FeaturesConfig,
+    LabelConfig,
+    ReportConfig,
+    SAEConfig,
+    WandbConfig,
+)
+from bbox_sae.config.inputs import CorpusConfig, EmbeddingConfig, ModelConfig
+from bbox_sae.config.keys import Key, Operational, key_settings
+from bbox_sae.config.section import Section, not_empty
+from bbox_sae.errors import ConfigError
+from bbox_sae.layout import RunLayout, SaeRunLayout
+
+
+class Config(Section):
+    output_dir: Operational[str] = "runs/default"
+    cache_dir: Operational[str] = Field(default="~/.cache/bbox-sae", description="converted model cache")
+    seed: Key[int] = 0
+    threads: Operational[int | None] = Field(default=None, ge=1, description="torch CPU threads; default torch's choice")
+    planted_rules: Operational[str | None] = Field(
+        default=None, description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)"
+    )
+    corpus: CorpusConfig
+    models: list[ModelConfig] = Field(min_length=2)
+    compare: Key[list[tuple[str, str]]] = Field(default_factory=list, description="pairs (A, B); default first two models")
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    build: BuildConfig = Field(default_factory=BuildConfig)
+    sae: SAEConfig = Field(default_factory=SAEConfig)
+    features: FeaturesConfig = Field(default_factory=FeaturesConfig)
+    label: LabelConfig = Field(default_factory=LabelConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    _paths_not_empty = field_validator("output_dir", "cache_dir")(not_empty)
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
+        names = [m.name for m in models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model names: {dupes}")
+        return models
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> Config:
+        names = {m.name for m in self.models}
+        if not self.compare:
+            self.compare = [(self.models[0].name, self.models[1].name)]
+        for a, b in self.compare:
+            for n in (a, b):
+                if n not in names:
+                    raise ValueError(f"compare names unknown model '{n}' (models: {sorted(names)})")
+            if a == b:
+                raise ValueError(f"compare pair ({a}, {b}) compares a model with itself")
+        return self
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir).expanduser()
+
+    @property
+    def paths(self) -> RunLayout:
+        return RunLayout(self.out)
+
+    @property
+    def sae_paths(self) -> SaeRunLayout:
+        """The SAE run this config trains and reads."""
+        return self.paths.sae_run(self.sae.resolved_run_name())
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.cache_dir).expanduser()
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ConfigError(f"unknown model '{name}' (models: {[m.name for m in self.models]})")
+
+    def section_hash(self, *sections: str) -> str:
+        """Stable hash of the named sections' key settings (config/keys.py), for up-to-date checks."""
+        settings = key_settings(self)
+        payload = json.dumps({s: settings[s] for s in sections}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
