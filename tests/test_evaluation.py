@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_shipped_rules_match_what_they_say():
     rules, noise, seed = load_rules("configs/planted-rules-shakespeare.yaml")
     by_name = {r.name: r for r in rules}
-    text = "ROMEO.\nIf it were so, thou art fair? I do not know, my lord, not I; two men.\n\nJULIET.\nThey were here, and thy father too."
+    text = "ROMEO.\nIf it were so, thou art fair? I do not know, my lord, not I; two men.\n\nJULIET.\nThey were here, and thy father truly too, hand in hand."
     words = split_words(text)
     hits = {n: [words[i] for i in np.flatnonzero(r.matches(words))] for n, r in by_name.items()}
     assert hits["speech-start"] == ["ROMEO", "JULIET"]
@@ -28,18 +28,21 @@ def test_shipped_rules_match_what_they_say():
     assert hits["question-mark"] == ["?"]
     assert hits["number-word"] == [" two"]
     assert hits["my-kin-or-title"] == [" lord"]
+    assert hits["body-part"] == [" hand", " hand"]
+    assert hits["ly-word"] == [" truly"]
     assert noise == 0.1 and seed == 0
-    assert len({r.kind for r in rules}) == 6 and {np.sign(r.delta) for r in rules} == {-1, 1}
+    assert len({r.kind for r in rules}) == 8 and {np.sign(r.delta) for r in rules} == {-1, 1}
 
 
 def test_handbook_rules_match_what_they_say():
     rules, _, _ = load_rules("configs/planted-rules-handbook.yaml")
-    text = "Packages (see 2 of them) can be found.\n\nFor example, the package must be 10 MB; for instance, a configuration file."
+    text = "Packages (see 2 of them) can be found.\n\nFor example, the package must be 10 MB; for instance, a configuration file. The disk is installed."
     words = split_words(text)
     hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words))] for r in rules}
     assert hits == {
         "package-forms": ["Packages", "package"], "be-after-modal": ["be", "be"], "paragraph-start": ["Packages", "For"],
         "opening-bracket": ["("], "number": ["2", "10"], "fixed-phrase": ["example", "instance", "file"],
+        "hardware": ["disk"], "passive-participle": ["installed"],
     }
 
 
