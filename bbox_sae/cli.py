@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
     p.add_argument("what", choices=["planted", "ablation", "coherence"])
     _common(p)
-    p.add_argument("--rules", default=None, help="YAML file of planted rules (default: the config's planted_rules, else configs/planted-rules-shakespeare.yaml)")
+    p.add_argument("--rules", default=None, help="YAML file of planted rules (default: the config's planted_rules, else the Shakespeare rules shipped with bbox, as in configs/planted-rules-shakespeare.yaml)")
     p.add_argument("--null-seeds", type=int, default=3, help="eval planted: null-pair runs (seeds 0..N-1); 0 skips them")
     p.add_argument("--ablations", action="store_true", help="eval planted: also the w=0, untrained-SAE and k-means variants")
     return parser
@@ -100,12 +100,11 @@ def dispatch(args) -> int:
     from bbox_sae.pipeline import run_lock
 
     with run_lock(ensure_output_dir(cfg)):
-        if cmd == "eval" and args.what == "planted":
-            from bbox_sae.evaluation.planted import check_planted_config
-
-            check_planted_config(cfg)  # may refuse the output dir: before the config there is replaced
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
-        save_resolved(cfg)
+        # `eval planted` saves its own config (model B read from its planted file) once it has
+        # checked that the output dir is not a run of the user's own.
+        if not (cmd == "eval" and args.what == "planted"):
+            save_resolved(cfg)
         return _single_command(cmd, cfg, args)
 
 
@@ -123,15 +122,15 @@ def _single_command(cmd: str, cfg, args) -> int:
         record_merged_score(cfg)
         print("all shards complete and intact")
     elif cmd == "eval" and args.what == "planted":
-        from bbox_sae.evaluation.planted import run_planted
+        from bbox_sae.evaluation import run_planted
 
         run_planted(cfg, rules_path=args.rules, null_seeds=tuple(range(args.null_seeds)), ablations=args.ablations)
     elif cmd == "eval" and args.what == "coherence":
-        from bbox_sae.evaluation.planted import run_coherence
+        from bbox_sae.evaluation import run_coherence
 
         run_coherence(cfg)
     elif cmd == "eval":
-        from bbox_sae.evaluation.planted import run_ablation
+        from bbox_sae.evaluation import run_ablation
 
         run_ablation(cfg)
     return 0

@@ -102,10 +102,10 @@ def _features(cfg: Config, key: str, baseline: str | None = None) -> dict:
     return run_features(cfg, baseline=baseline)
 
 
-def _label(cfg: Config, key: str) -> dict:
+def _label(cfg: Config, key: str, baseline: str | None = None) -> dict:
     from bbox_sae.labeling import run_label
 
-    return run_label(cfg)
+    return run_label(cfg, baseline=baseline)
 
 
 def _report(cfg: Config, key: str) -> dict:
@@ -383,8 +383,8 @@ def run_command(name: str, cfg: Config, **options) -> dict | None:
     stage = BY_NAME[name]
     require_current_inputs(stage, cfg)
     partial = bool(options.get("models") or options.get("shard") not in (None, "0/1"))
-    if name == "features" and options.get("baseline"):
-        return stage.run(cfg, None, **options)  # writes under baselines/, not the stage's outputs
+    if options.get("baseline"):
+        return stage.run(cfg, None, **options)  # features or label of a baseline: under baselines/, not the stage's outputs
     return execute(stage, cfg, complete=not partial, **options)
 
 

@@ -33,7 +33,7 @@ def rescore(setup: str, variant: str) -> dict:
     null-pair and seed runs): for changes that touch only feature extraction."""
     from bbox_sae.artifacts import read_table
     from bbox_sae.config import load_config
-    from bbox_sae.evaluation.planted import _rows_to_words, coherence_summary, load_rules, rule_masks, score_recovery, stability
+    from bbox_sae.evaluation import coherence_summary, load_rules, rows_to_words, rule_masks, score_recovery, stability
     from bbox_sae.features import run_features
     from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.layout import RunLayout
@@ -57,7 +57,7 @@ def rescore(setup: str, variant: str) -> dict:
         rule_list, _, _ = load_rules(REPO / rules)
         words = read_table(paths.words)
         masks = rule_masks(words, rule_list)
-        at = _rows_to_words(words, out)
+        at = rows_to_words(words, out)
         result = score_recovery(cfg, out, rule_list, {k: v[at] for k, v in masks.items()}, "sae")
         nulls = [read_table(RunLayout(r).findings).num_rows for r in null_runs]
         row = {**row, **result, "null_kept": nulls}
@@ -72,9 +72,9 @@ def rescore(setup: str, variant: str) -> dict:
 
 
 def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int, stability_seeds: int = 1) -> dict:
-    from bbox_sae.config import load_config, save_resolved
-    from bbox_sae.evaluation.planted import _extract, _link_inputs, coherence_summary, run_planted, stability
     from bbox_sae.artifacts import read_table
+    from bbox_sae.config import load_config
+    from bbox_sae.evaluation import coherence_summary, extract, run_planted, share_inputs, stability
     from bbox_sae.labeling import labeled_features
     from bbox_sae.layout import RunLayout
 
@@ -86,20 +86,19 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
         b_name = base.compare[0][1]
         overrides = [*overrides, f"models.{[m.name for m in base.models].index(b_name)}.path={paths.planted_logprobs}"]
     cfg = load_config(REPO / config, overrides, output_dir=str(out))
-    _link_inputs(base.out.resolve(), out, logprobs=[cfg.compare[0][0]] if rules else None)
-    save_resolved(cfg)
+    share_inputs(base, cfg, logprobs=[cfg.compare[0][0]] if rules else None)
     if rules:
         results = run_planted(cfg, rules_path=str(REPO / rules), null_seeds=tuple(range(null_seeds)))
         row = {**results["variants"]["full"], "null_kept": [r["kept_findings"] for r in results["null"]]}
     else:
-        _extract(cfg)
+        extract(cfg)
         row = coherence_summary(labeled_features(paths), read_table(paths.findings))
         if stability_seeds > 1:
             dirs = [out]
             for seed in range(1, stability_seeds):
                 seed_cfg = load_config(REPO / config, [*overrides, f"sae.seed={seed}"], output_dir=str(out / f"seed{seed}"))
-                _link_inputs(base.out.resolve(), seed_cfg.out)
-                _extract(seed_cfg)
+                share_inputs(base, seed_cfg)
+                extract(seed_cfg)
                 dirs.append(seed_cfg.out)
             row["stability"] = {**stability(dirs), "runs": stability_seeds}
         findings = read_table(paths.findings).to_pylist()

@@ -44,7 +44,7 @@ def _probe(context: np.ndarray, positives: np.ndarray, train: np.ndarray, seed: 
 def measure(run: Path) -> list[dict]:
     from bbox_sae.artifacts import read_table
     from bbox_sae.config import load_config
-    from bbox_sae.evaluation.planted import _rows_to_words, load_rules, rule_masks
+    from bbox_sae.evaluation import load_rules, rows_to_words, rule_masks
     from bbox_sae.features import firing, make_encoder, open_rows, top_activations, top_words, word_attributes_by_position, words_by_row
     from bbox_sae.features.latent_sets import carrying_rows, context_groups, form_wins, group_forms
     from bbox_sae.features.word_sets import describe_word_set, shared_left
@@ -54,7 +54,7 @@ def measure(run: Path) -> list[dict]:
     rules, _, _ = load_rules(cfg.planted_rules)
     m = open_rows(cfg)
     words = read_table(cfg.paths.words)
-    at = _rows_to_words(words, cfg.out)
+    at = rows_to_words(words, cfg.out)
     truth = {name: mask[at] for name, mask in rule_masks(words, rules).items()}
     encode, d_sae = make_encoder(cfg, "sae", m.values, m.rows_by_split["train"], m.info)
     top = top_activations(encode, m.values, m.rows_by_split, d_sae, cfg.features.top_n, cfg.features.chunk_rows)

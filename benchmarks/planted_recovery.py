@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bbox_sae.config import load_config, save_resolved
 from bbox_sae.errors import BBoxError
-from bbox_sae.evaluation.planted import run_planted
+from bbox_sae.evaluation import run_planted
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -66,7 +66,7 @@ def test_each_planted_config_names_its_own_rules():
     """`bbox eval planted -c configs/planted-handbook.yaml` must plant the handbook's rules, not the default ones."""
     from pathlib import Path
 
-    from bbox_sae.evaluation.planted import load_rules, planted_rules_path
+    from bbox_sae.evaluation import load_rules, planted_rules_path
 
     root = Path(__file__).parents[1]
     for corpus in ("handbook", "shakespeare"):

@@ -1,10 +1,19 @@
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from bbox_sae.errors import ConfigError
-from bbox_sae.evaluation.planted import PlantedRule, load_rules, planted_logprobs, rule_masks
+from bbox_sae.evaluation import PlantedRule, load_rules, planted_logprobs, rule_masks
 from bbox_sae.corpus.words import split_words
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_shipped_rules_match_what_they_say():
@@ -64,3 +73,25 @@ def test_bad_rules_file(tmp_path):
     p.write_text("rules:\n  - {name: x, delta: 1, colour: red}\n")
     with pytest.raises(ConfigError, match="colour"):
         load_rules(p)
+
+
+def test_the_default_rules_are_found_in_an_installed_wheel(tmp_path):
+    """An installed wheel has no configs/ beside the package: the default rules ship inside it, the
+    same file as the copy in configs/ that users read."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO / "bbox_sae", source / "bbox_sae", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(source)]
+    subprocess.run(build, check=True, capture_output=True)
+    site = tmp_path / "site"
+    with zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))) as wheel:
+        wheel.extractall(site)
+    probe = (
+        "import types, bbox_sae.evaluation as e; path = e.planted_rules_path(types.SimpleNamespace(planted_rules=None), None); "
+        "print(e.__file__); print(path); print(path.read_text() == open(%r).read())" % str(REPO / "configs" / "planted-rules-shakespeare.yaml")
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    module, rules, same = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout.splitlines()
+    assert Path(module).is_relative_to(site) and Path(rules).is_relative_to(site) and Path(rules).is_file()
+    assert same == "True"

@@ -123,10 +123,10 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     index = read_table(cfg.out / "build" / "index.parquet")
     planted_by_key = dict(zip(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()), planted))
     planted_rows = np.array([planted_by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
-    from bbox_sae.evaluation.planted import _row_attributes
+    from bbox_sae.evaluation import row_attributes
     from bbox_sae.features.rules import any_mask, rules_from_json
 
-    attrs = _row_attributes(cfg)
+    attrs = row_attributes(cfg)
     holdout = index["split"].to_numpy(zero_copy_only=False) == "holdout"
     for f in findings:
         # Tested on every holdout word its rule matches: those words are the planted ones, A wins by 3.
@@ -154,7 +154,7 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     assert per_latent and all(c["counts"] <= cfg.label.validation_examples for c in per_latent)
     assert {c["values"] for c in per_latent} <= {f["latent"] for f in kept}
     assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
-    from bbox_sae.evaluation.planted import PlantedRule, score_recovery
+    from bbox_sae.evaluation import PlantedRule, score_recovery
 
     # The planted evaluation reports, per rule, how well its finding's statement tells the finding's
     # held-out words from near misses (finding_labels.parquet).
@@ -228,9 +228,9 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     broader = broader_rules(feature_source(cfg), read_table(cfg.paths.contexts), rules_of)
     assert set(broader) == set(kept["latent"].to_pylist())
     assert any(broader.values()), "the planted run has a latent broader than its finding ('were' after 'if' and 'was')"
-    from bbox_sae.evaluation.planted import _row_attributes
+    from bbox_sae.evaluation import row_attributes
 
-    attrs = _row_attributes(cfg)
+    attrs = row_attributes(cfg)
     m = open_rows(cfg)
     encode, _ = make_encoder(cfg, "sae", m.values, m.rows_by_split["train"], m.info)
     labels = {r["latent"]: r for r in labeled_features(cfg.paths).filter(pc.field("kept")).to_pylist()}

@@ -162,8 +162,11 @@ def _print_table(rows: list[dict], title: str) -> None:
 
 
 def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wandb_sweep_yaml: str | None = None) -> list[dict]:
-    from bbox_sae.config import save_resolved
-    from bbox_sae.train.sae import run_train
+    """Train every combination through the stage registry (`bbox train`'s path: on a current build,
+    recorded in the manifest, so `bbox run` with a run's settings finds its SAE up to date)."""
+    from bbox_sae.config import ensure_output_dir, save_resolved
+    from bbox_sae.pipeline import run_lock
+    from bbox_sae.stages import run_command
     from bbox_sae.tracking import wandb_run
 
     configs = expand_sweep(path, overrides, output_dir)
@@ -172,9 +175,12 @@ def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wa
         atomic_write_text(wandb_sweep_yaml, yaml.safe_dump(wandb_sweep_spec(path, axes), sort_keys=False))
     group = f"sweep-{Path(path).stem}"
     results = []
-    for cfg in configs:
-        save_resolved(cfg)
-        results.append((cfg, run_train(cfg, wandb_group=group)))
+    # Every run writes the one manifest of the shared output dir.
+    with run_lock(ensure_output_dir(configs[0])):
+        for cfg in configs:
+            save_resolved(cfg)
+            in_group = cfg.model_copy(update={"wandb": cfg.wandb.model_copy(update={"group": group})})
+            results.append((cfg, run_command("train", in_group)))
     rows = summary_rows(results)
     paths = configs[0].paths
     _write_csv(rows, paths.sweep_summary_csv)
