@@ -214,7 +214,7 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     """On a trained SAE: what a kept latent's label adds beyond its finding ("; the latent also
     fires on ...") is exactly its broader rules, each matching train words on which the latent
     fires at least half the time, and none of them inside the finding's own rules."""
-    from bbox_sae.features import feature_source, firing, make_encoder, open_rows
+    from bbox_sae.features import feature_source
     from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.labeling.broader import broader_rules
     from bbox_sae.labeling.records import latent_rules
@@ -231,11 +231,11 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     from bbox_sae.evaluation import row_attributes
 
     attrs = row_attributes(cfg)
-    m = open_rows(cfg)
-    encode, _ = make_encoder(cfg, "sae", m.values, m.rows_by_split["train"], m.info)
+    src = feature_source(cfg)
+    m = src.matrix
     labels = {r["latent"]: r for r in labeled_features(cfg.paths).filter(pc.field("kept")).to_pylist()}
     for latent, extra in broader.items():
-        fires = firing(encode, m.values, [latent], cfg.features.chunk_rows)[:, 0]
+        fires = src.fires([latent])[:, 0]
         for rule in extra:
             assert fit_rule(rule, attrs, np.zeros(0, np.int64), fires, m.rows_by_split["train"]).precision >= 0.5
             assert rule not in rules_of[latent]
@@ -243,3 +243,25 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
         assert ("; the latent also fires on " in label["label"]) == bool(extra)
         assert label["label_coherent"] is (not extra)
         assert all(r.describe() in label["label"] for r in extra)
+
+
+def test_features_and_label_open_the_rows_and_build_the_encoder_once(planted_run, monkeypatch):
+    """One FeatureSource per command: `bbox run`'s features and label stages (negatives, broader
+    rules, finding statements) share the matrix, the word join and the encoder; a rewritten matrix
+    is a new source."""
+    from bbox_sae.artifacts import atomic_write_bytes
+    from bbox_sae.features import feature_source, run_features, source
+    from bbox_sae.labeling import run_label
+
+    cfg, _, _ = planted_run
+    source._opened.clear()
+    opened, encoders = [], []
+    real_open, real_encoder = source.open_rows, source.make_encoder
+    monkeypatch.setattr(source, "open_rows", lambda c: opened.append(c) or real_open(c))
+    monkeypatch.setattr(source, "make_encoder", lambda c, name, *rest: encoders.append(name) or real_encoder(c, name, *rest))
+    run_features(cfg)
+    run_label(cfg)
+    assert len(opened) == 1 and encoders == ["sae"]
+    first = feature_source(cfg)
+    atomic_write_bytes(cfg.paths.matrix, cfg.paths.matrix.read_bytes())
+    assert feature_source(cfg) is not first

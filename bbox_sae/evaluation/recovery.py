@@ -35,22 +35,18 @@ def rows_to_words(words: pa.Table, run_dir: Path) -> np.ndarray:
 
 def row_attributes(cfg: Config):
     """Rule attributes of every row of `cfg.out`'s build index."""
-    from bbox_sae.build.matrix import open_matrix
-    from bbox_sae.features import word_attributes_by_position, words_by_row
+    from bbox_sae.features import feature_source
 
-    _, index, _ = open_matrix(cfg)
-    _, position = words_by_row(cfg, index)
-    return word_attributes_by_position(cfg).take(position)
+    return feature_source(cfg).attrs
 
 
 def _firing(cfg: Config, latents: list[int], source: str) -> tuple[np.ndarray, np.ndarray]:
     """Where each latent fires (the features stage's ranking encoder) over every row, and the holdout mask."""
-    from bbox_sae.features import firing, make_encoder, open_rows
+    from bbox_sae.features import feature_source
 
-    m = open_rows(cfg)
-    encode, _ = make_encoder(cfg, source, m.values, m.rows_by_split["train"], m.info)
-    split = m.index["split"].to_numpy(zero_copy_only=False)
-    return firing(encode, m.values, latents, cfg.features.chunk_rows), split == "holdout"
+    src = feature_source(cfg, source)
+    split = src.matrix.index["split"].to_numpy(zero_copy_only=False)
+    return src.fires(latents), split == "holdout"
 
 
 def _group_rows(top: pa.Table) -> dict[int, np.ndarray]:
