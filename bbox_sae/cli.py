@@ -14,9 +14,18 @@ from bbox_sae.stages import STAGE_NAMES, STAGES
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", required=True, help="YAML config (see configs/); relative paths in it resolve against the working directory")
+    p.add_argument(
+        "--config", "-c", required=True, help="YAML config (see configs/); relative paths in it resolve against the working directory"
+    )
     p.add_argument("--output-dir", "-o", default=None, help="overrides the config's output_dir")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. sae.k=32 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. sae.k=32 (repeatable)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
     p.add_argument("what", choices=["planted", "ablation", "coherence"])
     _common(p)
-    p.add_argument("--rules", default=None, help="YAML file of planted rules (default: the config's planted_rules, else the Shakespeare rules shipped with bbox, as in configs/planted-rules-shakespeare.yaml)")
+    p.add_argument(
+        "--rules",
+        default=None,
+        help="YAML file of planted rules (default: the config's planted_rules, else the Shakespeare rules shipped with bbox, as in configs/planted-rules-shakespeare.yaml)",
+    )
     p.add_argument("--null-seeds", type=int, default=3, help="eval planted: null-pair runs (seeds 0..N-1); 0 skips them")
     p.add_argument("--ablations", action="store_true", help="eval planted: also the w=0, untrained-SAE and k-means variants")
     return parser

@@ -1,6 +1,5 @@
 """Errors that the CLI prints as one line (no traceback): they name the file, line or field at fault."""
 
-
 # Every character str.splitlines() breaks at, not only \n and \r (e.g. NEL, U+2028).
 _LINE_BREAKS = {ord(c): c.encode("unicode_escape").decode() for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 

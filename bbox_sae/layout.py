@@ -169,7 +169,7 @@ class RunLayout:
     def corpus_stats(self) -> Path:
         return self.root / "corpus_stats.json"
 
-    def baseline(self, name: str) -> "RunLayout":
+    def baseline(self, name: str) -> RunLayout:
         """Feature tables of a baseline (`random`, `kmeans`) live in a run layout of their own."""
         return RunLayout(self.root / "baselines" / name)
 
@@ -225,7 +225,7 @@ class RunLayout:
         return self.root / "coherence.json"
 
     @property
-    def ablation_w0(self) -> "RunLayout":
+    def ablation_w0(self) -> RunLayout:
         """`bbox eval ablation`'s w = 0 variant: a run of its own sharing this run's scored words."""
         return RunLayout(self.root / "ablation-w0")
 
@@ -234,7 +234,7 @@ class RunLayout:
         """`bbox eval planted`'s model B log-probs, written here whatever model B's `path` says."""
         return self.root / "planted-B.parquet"
 
-    def null_seed(self, seed: int | str) -> "RunLayout":
+    def null_seed(self, seed: int | str) -> RunLayout:
         """`bbox eval planted`'s null pair for one SAE seed: a run of its own (`"*"`: the glob of them all)."""
         return RunLayout(self.root / f"null-seed{seed}")
 

@@ -13,9 +13,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from filelock import FileLock, Timeout
 

@@ -12,8 +12,9 @@ import email.utils
 import json
 import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Literal, Mapping, Protocol
+from typing import Literal, Protocol
 
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -90,9 +91,7 @@ def retrying(settings: RetrySettings, rng: random.Random, on_retry: Callable[[Re
         # Ours, not tenacity's wait_random_exponential: that one draws from the global `random`
         # and has no way to wait at least the server's Retry-After.
         failure = classify(state.outcome.exception())
-        return backoff_delay(
-            state.attempt_number - 1, settings.backoff_base_s, settings.backoff_max_s, rng.random(), failure.retry_after_s
-        )
+        return backoff_delay(state.attempt_number - 1, settings.backoff_base_s, settings.backoff_max_s, rng.random(), failure.retry_after_s)
 
     return AsyncRetrying(
         retry=retry_if_exception(lambda err: isinstance(err, REQUEST_ERRORS) and classify(err).action == "retry"),

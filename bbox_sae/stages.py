@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bbox_sae.artifacts import ShardedTable, atomic_write_json, sha256_file
 from bbox_sae.config import Config, key_settings
 from bbox_sae.errors import ArtifactError
-from bbox_sae.layout import RunLayout
+from bbox_sae.manifest import describe_outputs, read_manifest, sharded_digest, write_entry
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,15 @@ STAGES: list[Stage] = [
         # finding. 3: a run of spaces is said in words. 4: latents' groups of words; findings join
         # only what nests, never by embedding similarity.
         version={"findings": 4},
-        outputs=lambda c: [c.paths.features, c.paths.findings, c.paths.finding_words, c.paths.rules, c.paths.contexts, c.paths.top_activations, c.paths.corpus_stats],
+        outputs=lambda c: [
+            c.paths.features,
+            c.paths.findings,
+            c.paths.finding_words,
+            c.paths.rules,
+            c.paths.contexts,
+            c.paths.top_activations,
+            c.paths.corpus_stats,
+        ],
     ),
     Stage(
         "label",
@@ -234,38 +241,6 @@ def ancestors(name: str) -> list[str]:
     return [n for n in STAGE_NAMES if n in found]
 
 
-# ---------------------------------------------------------------- the manifest
-
-
-def read_manifest(out: Path) -> dict:
-    try:
-        manifest = json.loads(RunLayout(out).manifest.read_text())
-    except (OSError, ValueError):
-        return {"stages": {}}
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), dict):
-        return {"stages": {}}
-    return manifest
-
-
-def _sharded_digest(directory: Path) -> str:
-    """The shards' recorded checksums (their sidecars): cheap, and readers verify the shards themselves."""
-    table = ShardedTable(directory)
-    listing = {"shards": table.recorded_checksums(), "orphans": table.orphans()}
-    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
-
-
-def _describe_outputs(cfg: Config, paths: list[Path]) -> dict:
-    described = {}
-    for p in paths:
-        rel = str(p.relative_to(cfg.out))
-        if p.is_dir():
-            described[rel] = {"shards": _sharded_digest(p)}
-        else:
-            st = p.stat()
-            described[rel] = {"sha256": sha256_file(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    return described
-
-
 def _outputs_unchanged(cfg: Config, stage: Stage, recorded: dict) -> bool:
     """The outputs are still the ones the stage wrote: shard checksums for tables, size and time
     for single files (each written by atomic rename, so any rewrite changes its time)."""
@@ -275,7 +250,7 @@ def _outputs_unchanged(cfg: Config, stage: Stage, recorded: dict) -> bool:
         if was is None or not p.exists():
             return False
         if "shards" in was:
-            if not p.is_dir() or _sharded_digest(p) != was["shards"]:
+            if not p.is_dir() or sharded_digest(p) != was["shards"]:
                 return False
         else:
             st = p.stat()
@@ -308,26 +283,17 @@ def staleness(stage: Stage, cfg: Config, manifest: dict) -> str | None:
     return None
 
 
-def _write_entry(cfg: Config, name: str, entry: dict | None) -> None:
-    manifest = read_manifest(cfg.out)
-    if entry is None:
-        if name not in manifest["stages"]:
-            return
-        del manifest["stages"][name]
-    else:
-        manifest["stages"][name] = entry
-    atomic_write_json(cfg.paths.manifest, manifest)
-
-
 def withdraw(cfg: Config, name: str) -> None:
     """Before a stage touches its outputs: until it finishes, nothing claims they are current."""
-    _write_entry(cfg, name, None)
+    write_entry(cfg, name, None)
 
 
 def record(cfg: Config, stage: Stage, key: str, seconds: float, result) -> None:
-    outputs = _describe_outputs(cfg, stage.outputs(cfg))
-    digest = hashlib.sha256(json.dumps({k: v.get("sha256") or v.get("shards") for k, v in outputs.items()}, sort_keys=True).encode()).hexdigest()[:16]
-    _write_entry(
+    outputs = describe_outputs(cfg, stage.outputs(cfg))
+    digest = hashlib.sha256(
+        json.dumps({k: v.get("sha256") or v.get("shards") for k, v in outputs.items()}, sort_keys=True).encode()
+    ).hexdigest()[:16]
+    write_entry(
         cfg,
         stage.name,
         {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from bbox_sae.config import Config
 
@@ -18,7 +18,9 @@ def run_id(cfg: Config, job: str) -> str:
 
 
 @contextmanager
-def wandb_run(cfg: Config, job: str, config: dict | None = None, group: str | None = None, name: str | None = None) -> Iterator[object | None]:
+def wandb_run(
+    cfg: Config, job: str, config: dict | None = None, group: str | None = None, name: str | None = None
+) -> Iterator[object | None]:
     """Yield a wandb run (or None when `wandb.mode` is disabled)."""
     if cfg.wandb.mode == "disabled":
         yield None

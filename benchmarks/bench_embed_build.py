@@ -73,8 +73,18 @@ def bench_embed(cfg, n_docs: int, device: str, repeats: int) -> dict:
         "words": words,
         "encoder_windows_tokens": {"window": embedder.window, "stride": embedder.stride},
         "load_s": round(load_s, 2),
-        "baseline": {"batch_size": 1, "seconds": round(base_s, 3), "words_per_s": round(words / base_s, 1), "all_seconds": [round(t, 3) for t in base_times]},
-        "ours": {"batch_size": batch_size, "seconds": round(ours_s, 3), "words_per_s": round(words / ours_s, 1), "all_seconds": [round(t, 3) for t in ours_times]},
+        "baseline": {
+            "batch_size": 1,
+            "seconds": round(base_s, 3),
+            "words_per_s": round(words / base_s, 1),
+            "all_seconds": [round(t, 3) for t in base_times],
+        },
+        "ours": {
+            "batch_size": batch_size,
+            "seconds": round(ours_s, 3),
+            "words_per_s": round(words / ours_s, 1),
+            "all_seconds": [round(t, 3) for t in ours_times],
+        },
         "speedup": round(base_s / ours_s, 2),
         "max_abs_vector_diff": diff,
     }
@@ -213,8 +223,14 @@ def main(argv=None) -> int:
     p.add_argument("--docs", type=int, default=40, help="demo documents to embed")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the synthetic build")
     p.add_argument("--repeats", type=int, default=2, help="alternating repeats of each measurement (best counts)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="config overrides, e.g. embedding.model=DIR --set embedding.package=null")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. embedding.model=DIR --set embedding.package=null",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.docs, args.rows, args.repeats = min(args.docs, 3), min(args.rows, 4000), 1
@@ -249,18 +265,22 @@ def main(argv=None) -> int:
         note="run_build verifies every shard's checksum and streams two passes in chunk_rows pieces (memory bounded); "
         "the baseline holds everything in memory.",
     )
-    write_results(args, NAME, {
-        "benchmark": NAME,
-        "quick": args.quick,
-        "environment": environment(threads, args.device),
-        "embedding_model": cfg.embedding.package or cfg.embedding.model,
-        "embed": embed,
-        "build": build,
-        "ratios": {"embed_words_per_s_ours_over_baseline": embed["speedup"], "build_rows_per_s_ours_over_baseline": build["speedup"]},
-        "peak_rss_mb": peak_rss_mb(),
-        "load_before": before,
-        "load_after": after,
-    })
+    write_results(
+        args,
+        NAME,
+        {
+            "benchmark": NAME,
+            "quick": args.quick,
+            "environment": environment(threads, args.device),
+            "embedding_model": cfg.embedding.package or cfg.embedding.model,
+            "embed": embed,
+            "build": build,
+            "ratios": {"embed_words_per_s_ours_over_baseline": embed["speedup"], "build_rows_per_s_ours_over_baseline": build["speedup"]},
+            "peak_rss_mb": peak_rss_mb(),
+            "load_before": before,
+            "load_after": after,
+        },
+    )
     return 0
 
 

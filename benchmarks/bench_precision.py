@@ -52,8 +52,18 @@ from _common import (  # noqa: E402
 from bench_scoring import demo_documents  # noqa: E402
 
 NAME = "precision"
-VARIANTS = ["fp32", "fp32-batch1", "bf16", "bf16-head32", "bf16-refined", "mixed-refined", "mixed-refined-unstreamed", "mixed-all-refined",
-            "int8-head32", "bf16-refined-1thread"]
+VARIANTS = [
+    "fp32",
+    "fp32-batch1",
+    "bf16",
+    "bf16-head32",
+    "bf16-refined",
+    "mixed-refined",
+    "mixed-refined-unstreamed",
+    "mixed-all-refined",
+    "int8-head32",
+    "bf16-refined-1thread",
+]
 BOUND = {"median": 0.02, "p99": 0.1}
 
 
@@ -75,7 +85,9 @@ def build(variant: str, model, tokenizer, mcfg):
     from bbox_sae.scoring.hf import HFScorer
     from bbox_sae.scoring.precision import use_bf16_matmuls
 
-    kw = dict(start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride, batch_size=mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk)
+    kw = dict(
+        start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride, batch_size=mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk
+    )
     if variant == "fp32":
         return HFScorer(mcfg.name, model, tokenizer, **kw)
     if variant == "fp32-batch1":
@@ -140,18 +152,28 @@ def worker(args) -> dict:
         diff = np.abs(words[v] - words["fp32"])
         diff = diff[np.isfinite(diff)]
         med = statistics.median(passes[v])
-        rows.append({
-            "variant": v,
-            "tokens_per_s": round(tokens / med, 1),
-            "x_fp32": round(base / med, 2),
-            "score_s_passes": [round(t, 2) for t in passes[v]],
-            "median_abs_dlogp": float(np.median(diff)),
-            "p99_abs_dlogp": float(np.quantile(diff, 0.99)),
-            "max_abs_dlogp": float(diff.max()),
-            "within_bound": bool(np.median(diff) <= BOUND["median"] and np.quantile(diff, 0.99) <= BOUND["p99"]),
-        })
-    return {"model": args.model, "threads": threads, "documents": len(docs), "tokens": tokens, "words": int(len(words["fp32"])),
-            "rows": rows, "skipped": skipped, "peak_rss_mb": peak_rss_mb()}
+        rows.append(
+            {
+                "variant": v,
+                "tokens_per_s": round(tokens / med, 1),
+                "x_fp32": round(base / med, 2),
+                "score_s_passes": [round(t, 2) for t in passes[v]],
+                "median_abs_dlogp": float(np.median(diff)),
+                "p99_abs_dlogp": float(np.quantile(diff, 0.99)),
+                "max_abs_dlogp": float(diff.max()),
+                "within_bound": bool(np.median(diff) <= BOUND["median"] and np.quantile(diff, 0.99) <= BOUND["p99"]),
+            }
+        )
+    return {
+        "model": args.model,
+        "threads": threads,
+        "documents": len(docs),
+        "tokens": tokens,
+        "words": int(len(words["fp32"])),
+        "rows": rows,
+        "skipped": skipped,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def main(argv=None) -> int:
@@ -181,8 +203,23 @@ def main(argv=None) -> int:
     before = load_snapshot()
     results = []
     for name in models:
-        cmd = [python(), __file__, "--worker", "--model", name, "--config", args.config, "--docs", str(args.docs), "--threads", str(threads),
-               "--repeats", str(args.repeats), "--variants", args.variants]
+        cmd = [
+            python(),
+            __file__,
+            "--worker",
+            "--model",
+            name,
+            "--config",
+            args.config,
+            "--docs",
+            str(args.docs),
+            "--threads",
+            str(threads),
+            "--repeats",
+            str(args.repeats),
+            "--variants",
+            args.variants,
+        ]
         if args.cache_dir:
             cmd += ["--cache-dir", args.cache_dir]
         print(f"[precision] {name} ...", file=sys.stderr, flush=True)
@@ -190,18 +227,40 @@ def main(argv=None) -> int:
         res["process_wall_s"] = round(wall, 1)
         results.append(res)
     after = load_snapshot()
-    write_results(args, NAME, {
-        "benchmark": NAME,
-        "quick": args.quick,
-        "environment": environment(threads, "cpu"),
-        "settings": {"config": str(args.config), "docs": args.docs, "repeats": args.repeats, "variants": args.variants.split(","), "bound": BOUND,
-                     "machine_note": args.machine_note},
-        "results": results,
-        "load_before": before,
-        "load_after": after,
-    })
-    table = [[r["model"], row["variant"], row["tokens_per_s"], row["x_fp32"], f"{row['median_abs_dlogp']:.4f}", f"{row['p99_abs_dlogp']:.4f}",
-              f"{row['max_abs_dlogp']:.3f}", "yes" if row["within_bound"] else "no"] for r in results for row in r["rows"]]
+    write_results(
+        args,
+        NAME,
+        {
+            "benchmark": NAME,
+            "quick": args.quick,
+            "environment": environment(threads, "cpu"),
+            "settings": {
+                "config": str(args.config),
+                "docs": args.docs,
+                "repeats": args.repeats,
+                "variants": args.variants.split(","),
+                "bound": BOUND,
+                "machine_note": args.machine_note,
+            },
+            "results": results,
+            "load_before": before,
+            "load_after": after,
+        },
+    )
+    table = [
+        [
+            r["model"],
+            row["variant"],
+            row["tokens_per_s"],
+            row["x_fp32"],
+            f"{row['median_abs_dlogp']:.4f}",
+            f"{row['p99_abs_dlogp']:.4f}",
+            f"{row['max_abs_dlogp']:.3f}",
+            "yes" if row["within_bound"] else "no",
+        ]
+        for r in results
+        for row in r["rows"]
+    ]
     print_table(
         f"Scoring precision on CPU ({args.docs} demo documents, median of {args.repeats} interleaved passes, {threads} threads)",
         ["model", "variant", "tokens/s", "× fp32", "median |Δ| nats", "p99 |Δ| nats", "max |Δ|", "within bound"],

@@ -58,7 +58,14 @@ def write_matrix(out: Path, rows: int, d_in: int, seed: int = 0, n_dirs: int = 2
     del matrix
     split = np.where(rng.random(rows) < 0.2, "holdout", "train")
     pq.write_table(
-        pa.table({"row": np.arange(rows), "doc_id": [f"d{i // 200}" for i in range(rows)], "word_idx": (np.arange(rows) % 200).astype(np.int32), "split": split}),
+        pa.table(
+            {
+                "row": np.arange(rows),
+                "doc_id": [f"d{i // 200}" for i in range(rows)],
+                "word_idx": (np.arange(rows) % 200).astype(np.int32),
+                "split": split,
+            }
+        ),
         paths.index,
     )
     paths.build_info.write_text(json.dumps({"d_in": d_in, "rows": rows, "synthetic": True}))
@@ -200,7 +207,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--rows", type=int, default=65536, help="rows of the synthetic matrix (80%% train)")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--architectures", default="topk,batchtopk", help="ours, comma-separated (topk, batchtopk: the demo's); the plain loop is TopK")
+    p.add_argument(
+        "--architectures", default="topk,batchtopk", help="ours, comma-separated (topk, batchtopk: the demo's); the plain loop is TopK"
+    )
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="parameter dtype (both)")
     p.add_argument("--autocast", action="store_true", help="bf16 autocast in both (sae-lens SAETrainerConfig.autocast)")
     p.add_argument("--wandb", choices=["disabled", "offline"], default="disabled", help="ours: W&B logging as the demo does (offline)")
@@ -259,25 +268,40 @@ def main(argv=None) -> int:
             m = r[which]
             label = "plain PyTorch TopK" if which == "plain" else f"ours (sae-lens {which[5:]})"
             ratio = 1.0 if which == "plain" else r[f"ratio_{which}_over_plain"]
-            rows.append([f"{r['d_sae']} / k {r['k']}", label, m["steps"], m["train_s"], m["rows_per_s"], ratio, m["explained_variance"], m["mean_l0"]])
+            rows.append(
+                [
+                    f"{r['d_sae']} / k {r['k']}",
+                    label,
+                    m["steps"],
+                    m["train_s"],
+                    m["rows_per_s"],
+                    ratio,
+                    m["explained_variance"],
+                    m["mean_l0"],
+                ]
+            )
     print_table(
         f"SAE training: d_in {args.d_in}, batch {args.batch_size}, {args.rows} rows, {args.device} ({threads} threads), {precision}",
         ["d_sae / k", "method", "steps", "train s", "rows/s", "× plain", "EV (train sample)", "L0"],
         rows,
         note="× plain = our rows/s ÷ the plain loop's, same run. EV after this short run is a sanity check, not a quality comparison.",
     )
-    write_results(args, NAME, {
-        "benchmark": NAME,
-        "quick": args.quick,
-        "environment": environment(threads, args.device),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("results_dir",)},
-        "synthetic_setup_s": round(setup_s, 2),
-        "results": results,
-        "ratios": {f"{r['d_sae']}:{r['k']}:{a}": r[f"ratio_ours_{a}_over_plain"] for r in results for a in archs},
-        "peak_rss_mb": peak_rss_mb(),
-        "load_before": before,
-        "load_after": after,
-    })
+    write_results(
+        args,
+        NAME,
+        {
+            "benchmark": NAME,
+            "quick": args.quick,
+            "environment": environment(threads, args.device),
+            "settings": {k: v for k, v in vars(args).items() if k not in ("results_dir",)},
+            "synthetic_setup_s": round(setup_s, 2),
+            "results": results,
+            "ratios": {f"{r['d_sae']}:{r['k']}:{a}": r[f"ratio_ours_{a}_over_plain"] for r in results for a in archs},
+            "peak_rss_mb": peak_rss_mb(),
+            "load_before": before,
+            "load_after": after,
+        },
+    )
     return 0
 
 

@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     DEMO_CONFIG,
+    base_parser,
+    demo_threads,
     environment,
     load_snapshot,
     matmul_gflops,
@@ -39,8 +41,6 @@ from _common import (  # noqa: E402
     python,
     run_child,
     setup_torch,
-    base_parser,
-    demo_threads,
     write_results,
 )
 
@@ -89,8 +89,14 @@ def worker(args) -> dict:
     if args.worker == "ours":
         model, tokenizer = load_causal_lm(location, device, dtype)
         scorer = HFScorer(
-            mcfg.name, model, tokenizer, start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride,
-            batch_size=args.batch_size or mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk,
+            mcfg.name,
+            model,
+            tokenizer,
+            start_token=mcfg.start_token,
+            window=mcfg.window,
+            stride=mcfg.stride,
+            batch_size=args.batch_size or mcfg.batch_size,
+            logprob_chunk=mcfg.logprob_chunk,
         )  # its constructor runs one small forward (the head check): the warm-up
         load_s = time.perf_counter() - start
     else:
@@ -200,9 +206,30 @@ def main(argv=None) -> int:
             saved = {}
             for method in methods:
                 saved[method] = Path(tmp) / f"{name}-{method}.npy"
-                cmd = [python(), __file__, "--worker", method, "--model", name, "--config", args.config, "--docs", str(args.docs),
-                       "--threads", str(threads), "--device", args.device, "--dtype", args.dtype,
-                       "--gemm-seconds", str(args.gemm_seconds), "--repeats", str(args.repeats), "--save-logprobs", str(saved[method])]
+                cmd = [
+                    python(),
+                    __file__,
+                    "--worker",
+                    method,
+                    "--model",
+                    name,
+                    "--config",
+                    args.config,
+                    "--docs",
+                    str(args.docs),
+                    "--threads",
+                    str(threads),
+                    "--device",
+                    args.device,
+                    "--dtype",
+                    args.dtype,
+                    "--gemm-seconds",
+                    str(args.gemm_seconds),
+                    "--repeats",
+                    str(args.repeats),
+                    "--save-logprobs",
+                    str(saved[method]),
+                ]
                 if args.batch_size:
                     cmd += ["--batch-size", str(args.batch_size)]
                 print(f"[scoring] {name} / {method} ...", file=sys.stderr, flush=True)
@@ -228,9 +255,22 @@ def main(argv=None) -> int:
             r = by[method]
             speedup = r["tokens_per_s"] / base["tokens_per_s"] if base else None
             r["speedup_vs_naive"] = round(speedup, 2) if speedup else None
-            rows.append([name, method, r["batch_size"], r["tokens"], r["load_s"], r["score_s"], r["tokens_per_s"],
-                         r["speedup_vs_naive"], r["matmul"]["gflops"], r["floor_s"], f"{100 * r['fraction_of_floor']:.1f}%",
-                         r["peak_rss_mb"]])
+            rows.append(
+                [
+                    name,
+                    method,
+                    r["batch_size"],
+                    r["tokens"],
+                    r["load_s"],
+                    r["score_s"],
+                    r["tokens_per_s"],
+                    r["speedup_vs_naive"],
+                    r["matmul"]["gflops"],
+                    r["floor_s"],
+                    f"{100 * r['fraction_of_floor']:.1f}%",
+                    r["peak_rss_mb"],
+                ]
+            )
         if base and "ours" in by:
             ratios[name] = {
                 "tokens_per_s_ours_over_naive": by["ours"]["speedup_vs_naive"],
@@ -240,24 +280,50 @@ def main(argv=None) -> int:
             }
     print_table(
         f"Scoring ({args.docs} demo documents, best of {args.repeats} passes, {threads} threads, {args.device}, {args.dtype})",
-        ["model", "method", "batch", "tokens", "load s", "score s", "tokens/s", "× naive", "matmul GFLOP/s", "floor s", "of floor", "peak RSS MiB"],
+        [
+            "model",
+            "method",
+            "batch",
+            "tokens",
+            "load s",
+            "score s",
+            "tokens/s",
+            "× naive",
+            "matmul GFLOP/s",
+            "floor s",
+            "of floor",
+            "peak RSS MiB",
+        ],
         rows,
         note="load s: naive converts the GGUF on every load; ours reads the converted cache. tokens/s exclude load. "
         "floor = 2·params·tokens / matmul FLOP/s (the better of two measurements in the same worker, before and after scoring).",
     )
     for name, r in ratios.items():
-        print(f"{name}: ours/naive tokens/s = {r['tokens_per_s_ours_over_naive']}×, load naive/ours = {r['load_s_naive_over_ours']}×, "
-              f"end-to-end naive/ours = {r['end_to_end_naive_over_ours']}×, max |Δlog p| = {r['max_abs_logprob_diff']:.2e}")
-    write_results(args, NAME, {
-        "benchmark": NAME,
-        "quick": args.quick,
-        "environment": environment(threads, args.device),
-        "settings": {"config": str(args.config), "docs": args.docs, "repeats": args.repeats, "dtype": args.dtype, "models": models, "methods": methods},
-        "results": results,
-        "ratios": ratios,
-        "load_before": before,
-        "load_after": after,
-    })
+        print(
+            f"{name}: ours/naive tokens/s = {r['tokens_per_s_ours_over_naive']}×, load naive/ours = {r['load_s_naive_over_ours']}×, "
+            f"end-to-end naive/ours = {r['end_to_end_naive_over_ours']}×, max |Δlog p| = {r['max_abs_logprob_diff']:.2e}"
+        )
+    write_results(
+        args,
+        NAME,
+        {
+            "benchmark": NAME,
+            "quick": args.quick,
+            "environment": environment(threads, args.device),
+            "settings": {
+                "config": str(args.config),
+                "docs": args.docs,
+                "repeats": args.repeats,
+                "dtype": args.dtype,
+                "models": models,
+                "methods": methods,
+            },
+            "results": results,
+            "ratios": ratios,
+            "load_before": before,
+            "load_after": after,
+        },
+    )
     return 0
 
 

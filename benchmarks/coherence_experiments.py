@@ -64,7 +64,9 @@ def rescore(setup: str, variant: str) -> dict:
     else:
         findings = read_table(paths.findings).to_pylist()
         row = {**row, **coherence_summary(labeled_features(paths), read_table(paths.findings))}
-        row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
+        row["examples"] = [
+            {k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings
+        ]
         if row.get("stability"):
             row["stability"] = {**stability([out, *sorted(out.glob("seed[0-9]*"))]), "runs": row["stability"]["runs"]}
     path.write_text(json.dumps(row, indent=1, default=str))
@@ -102,7 +104,9 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
                 dirs.append(seed_cfg.out)
             row["stability"] = {**stability(dirs), "runs": stability_seeds}
         findings = read_table(paths.findings).to_pylist()
-        row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
+        row["examples"] = [
+            {k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings
+        ]
     row.update(setup=setup, variant=variant, overrides=overrides[: len(overrides) - (1 if rules else 0)], null_seeds=null_seeds)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{setup}__{variant}.json").write_text(json.dumps(row, indent=1, default=str))
@@ -111,27 +115,40 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
 
 def command(row: dict) -> str:
     sets = " ".join(f"--set {shlex.quote(o)}" for o in row["overrides"])
-    nulls = f" --null-seeds {row['null_seeds']}" if row["setup"] != "demo" else (f" --stability-seeds {row['stability']['runs']}" if row.get("stability") else "")
+    nulls = (
+        f" --null-seeds {row['null_seeds']}"
+        if row["setup"] != "demo"
+        else (f" --stability-seeds {row['stability']['runs']}" if row.get("stability") else "")
+    )
     return f"`python benchmarks/coherence_experiments.py {row['setup']} {row['variant']} {sets}{nulls}`".replace("  ", " ")
 
 
 def table() -> str:
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
-    lines = ["| setup | variant | rules recovered | mean recall | FDR | findings (latents) | max splits | null kept (per seed) | command |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| setup | variant | rules recovered | mean recall | FDR | findings (latents) | max splits | null kept (per seed) | command |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["setup"] == "demo":
             continue
-        lines.append(f"| {r['setup']} | {r['variant']} | {r['rules_recovered']}/{r['rules']} | {r['mean_recall']:.2f} | {r['fdr']:.2f} | "
-                     f"{r['kept_findings']} ({r['kept_latents']}) | {r['max_splits']} | {r['null_kept']} | {command(r)} |")
-    lines += ["", "| setup | variant | findings | kept latents | median rule F1 | median label score | label score >= 0.75 | stable in 2 of 3 seeds | command |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['setup']} | {r['variant']} | {r['rules_recovered']}/{r['rules']} | {r['mean_recall']:.2f} | {r['fdr']:.2f} | "
+            f"{r['kept_findings']} ({r['kept_latents']}) | {r['max_splits']} | {r['null_kept']} | {command(r)} |"
+        )
+    lines += [
+        "",
+        "| setup | variant | findings | kept latents | median rule F1 | median label score | label score >= 0.75 | stable in 2 of 3 seeds | command |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["setup"] != "demo":
             continue
         f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
-        lines.append(f"| demo | {r['variant']} | {r['findings']} | {r['kept_latents']} | {f(r['median_rule_f1'])} | {f(r['median_label_score'])} | "
-                     f"{f(r['share_label_score_at_least_0.75'])} | {f((r.get('stability') or {}).get('stable_share'))} | {command(r)} |")
+        lines.append(
+            f"| demo | {r['variant']} | {r['findings']} | {r['kept_latents']} | {f(r['median_rule_f1'])} | {f(r['median_label_score'])} | "
+            f"{f(r['share_label_score_at_least_0.75'])} | {f((r.get('stability') or {}).get('stable_share'))} | {command(r)} |"
+        )
     text = "\n".join(lines) + "\n"
     (REPO / "benchmarks" / "results" / "coherence.md").write_text(text)
     return text
@@ -143,8 +160,12 @@ def main(argv=None) -> int:
     parser.add_argument("variant", nargs="?")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--null-seeds", type=int, default=3)
-    parser.add_argument("--rescore", action="store_true", help="reuse the variant's trained SAEs: re-run features, label and the evaluation")
-    parser.add_argument("--stability-seeds", type=int, default=1, help="demo: also train SAEs with seeds 1..N-1 and measure how many findings reappear")
+    parser.add_argument(
+        "--rescore", action="store_true", help="reuse the variant's trained SAEs: re-run features, label and the evaluation"
+    )
+    parser.add_argument(
+        "--stability-seeds", type=int, default=1, help="demo: also train SAEs with seeds 1..N-1 and measure how many findings reappear"
+    )
     args = parser.parse_args(argv)
     if args.setup == "table":
         print(table())

@@ -33,8 +33,12 @@ def _probe(context: np.ndarray, positives: np.ndarray, train: np.ndarray, seed: 
     negatives = np.setdiff1d(train, positives, assume_unique=True)
     negatives = rng.choice(negatives, size=min(len(negatives), 20000), replace=False)
     rows = np.sort(np.concatenate([positives, negatives]))
-    model = LogisticRegression(C=1.0, class_weight="balanced", max_iter=500).fit(np.asarray(context[rows], dtype=np.float32), np.isin(rows, positives))
-    scores = np.concatenate([model.decision_function(np.asarray(context[s : s + 65536], dtype=np.float32)) for s in range(0, len(context), 65536)])
+    model = LogisticRegression(C=1.0, class_weight="balanced", max_iter=500).fit(
+        np.asarray(context[rows], dtype=np.float32), np.isin(rows, positives)
+    )
+    scores = np.concatenate(
+        [model.decision_function(np.asarray(context[s : s + 65536], dtype=np.float32)) for s in range(0, len(context), 65536)]
+    )
     order = np.argsort(-scores[train])
     hits = np.cumsum(np.isin(train[order], positives))
     f1 = 2 * hits / (np.arange(1, len(order) + 1) + len(positives))
@@ -66,8 +70,12 @@ def measure(run: Path) -> list[dict]:
     context = m.values[:, : m.info["d_embedding"]]
     is_holdout = np.zeros(len(dlogp), dtype=bool)
     is_holdout[holdout] = True
-    proposals = [(latent, sign) for latent in range(d_sae) for sign in (1, -1)
-                 if len(t := top_words(top, "train", latent)) >= cfg.features.min_activations and np.median(sign * dlogp[t]) > 1.0]
+    proposals = [
+        (latent, sign)
+        for latent in range(d_sae)
+        for sign in (1, -1)
+        if len(t := top_words(top, "train", latent)) >= cfg.features.min_activations and np.median(sign * dlogp[t]) > 1.0
+    ]
     fires = firing(encode, m.values, [latent for latent, _ in proposals], cfg.features.chunk_rows)
     rows = []
 
@@ -76,8 +84,16 @@ def measure(run: Path) -> list[dict]:
         if not held.any():
             return
         name = max(truth, key=lambda n: truth[n][held].mean())
-        rows.append({"method": method, "latent": latent, "rule": name, "precision": float(truth[name][held].mean()),
-                     "recall": float((held & truth[name]).sum() / max((truth[name] & is_holdout).sum(), 1)), "held_out_words": int(held.sum())})
+        rows.append(
+            {
+                "method": method,
+                "latent": latent,
+                "rule": name,
+                "precision": float(truth[name][held].mean()),
+                "recall": float((held & truth[name]).sum() / max((truth[name] & is_holdout).sum(), 1)),
+                "held_out_words": int(held.sum()),
+            }
+        )
 
     for j, (latent, sign) in enumerate(proposals):
         carrying = carrying_rows(fires[:, j], train, dlogp, sign, 1.0)

@@ -1,6 +1,6 @@
 """GPU-box entry point: `bbox sweep`, one SAE per combination of list-valued `sae.*` fields.
 
-    python train/sweep.py --config configs/sweep-dict-size.yaml [--wandb-sweep-yaml sweep.yaml]
+python train/sweep.py --config configs/sweep-dict-size.yaml [--wandb-sweep-yaml sweep.yaml]
 """
 
 import sys

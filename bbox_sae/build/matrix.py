@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -337,7 +338,5 @@ def open_matrix(cfg: Config) -> tuple[np.ndarray, pa.Table, dict]:
     index = read_table(paths.index)
     rows = info.get("rows", matrix.shape[0]) if isinstance(info, dict) else -1
     if not (matrix.shape[0] == index.num_rows == rows):
-        raise ArtifactError(
-            f"{out}: matrix has {matrix.shape[0]} rows, index {index.num_rows}, build.json {rows}; re-run `bbox build`"
-        )
+        raise ArtifactError(f"{out}: matrix has {matrix.shape[0]} rows, index {index.num_rows}, build.json {rows}; re-run `bbox build`")
     return matrix, index, info

@@ -30,7 +30,8 @@ class Config(Section):
     seed: Key[int] = 0
     threads: Operational[int | None] = Field(default=None, ge=1, description="torch CPU threads; default torch's choice")
     planted_rules: Operational[str | None] = Field(
-        default=None, description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)"
+        default=None,
+        description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)",
     )
     corpus: CorpusConfig
     models: list[ModelConfig] = Field(min_length=2)

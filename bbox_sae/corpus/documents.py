@@ -10,17 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 
 from bbox_sae.config import Config, CorpusConfig
 from bbox_sae.corpus.files import Document, iter_documents, walk_files
+from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import CorpusError
 from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
-from bbox_sae.corpus.words import word_spans
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None =
         if doc.id in seen:
             first = seen[doc.id]
             if first.text != doc.text:
-                raise CorpusError(f"{doc.where}: field '{cfg.id_field}': duplicate id {doc.id!r} with different text (first at {first.where})")
+                raise CorpusError(
+                    f"{doc.where}: field '{cfg.id_field}': duplicate id {doc.id!r} with different text (first at {first.where})"
+                )
             stats.duplicates_dropped += 1
             continue
         seen[doc.id] = doc
@@ -90,9 +92,7 @@ def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None =
                 continue
             docs.append(piece)
             total_words += len(word_spans(piece.text))
-        if (cfg.max_docs is not None and len(docs) >= cfg.max_docs) or (
-            cfg.max_words is not None and total_words >= cfg.max_words
-        ):
+        if (cfg.max_docs is not None and len(docs) >= cfg.max_docs) or (cfg.max_words is not None and total_words >= cfg.max_words):
             break
     if stats.empty_dropped:
         log.info("dropped %d empty document(s)", stats.empty_dropped)

@@ -16,7 +16,16 @@ import pyarrow.compute as pc
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, sha256_file
 from bbox_sae.config import Config
-from bbox_sae.corpus.documents import IngestStats, corpus_fingerprint, documents_table, load_documents, run_dirs, shard_key, shard_ranges, words_table
+from bbox_sae.corpus.documents import (
+    IngestStats,
+    corpus_fingerprint,
+    documents_table,
+    load_documents,
+    run_dirs,
+    shard_key,
+    shard_ranges,
+    words_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +88,7 @@ def ingest(cfg: Config) -> pa.Table:
         log.warning(
             "no holdout documents (corpus.holdout_fraction %s, %d documents): no feature can pass the holdout check, "
             "so none will be kept; raise corpus.holdout_fraction or set features.require_generalize=false",
-            cfg.corpus.holdout_fraction, stats.documents,
+            cfg.corpus.holdout_fraction,
+            stats.documents,
         )
     return documents

@@ -110,8 +110,6 @@ def sniff(path: Path) -> FileKind:
     raise unsupported(path, f"binary, first bytes {head[:8].hex(' ')}")
 
 
-
-
 def open_compressed(path: Path, compression: str) -> BinaryIO:
     if compression == "gzip":
         return gzip.open(path, "rb")
@@ -127,5 +125,3 @@ def decompression_errors() -> tuple[type[BaseException], ...]:
 
     # gzip.BadGzipFile is an OSError; a truncated stream raises EOFError.
     return (OSError, EOFError, zlib.error, zstandard.ZstdError)
-
-

@@ -20,12 +20,12 @@ import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
-from bbox_sae.scoring.align import token_word_ranges
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table
 from bbox_sae.config import Config, EmbeddingConfig, key_settings
 from bbox_sae.corpus.documents import shard_key, shard_ranges
-from bbox_sae.errors import ArtifactError, ConfigError
 from bbox_sae.corpus.words import word_spans
+from bbox_sae.errors import ArtifactError, ConfigError
+from bbox_sae.scoring.align import token_word_ranges
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,17 @@ def drops_line_breaks(tokenizer) -> bool:
 
 
 class WordEmbedder:
-    def __init__(self, model, tokenizer, *, layer: int = -1, window: int = 256, stride: int = 128, batch_size: int = 16, mark_line_breaks: bool = True):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        layer: int = -1,
+        window: int = 256,
+        stride: int = 128,
+        batch_size: int = 16,
+        mark_line_breaks: bool = True,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         # An encoder that never sees line breaks cannot tell a speaker's name at the start of a
@@ -149,7 +159,7 @@ class WordEmbedder:
         with torch.inference_mode():
             for s in range(0, len(order), self.batch_size):
                 chunk = [jobs[j] for j in order[s : s + self.batch_size]]
-                for (d, w, full, prefix), h in zip(chunk, self._forward([c[2] for c in chunk])):
+                for (d, w, _full, prefix), h in zip(chunk, self._forward([c[2] for c in chunk])):
                     b, e = plans[d][w]
                     states[(d, w)] = h[prefix : prefix + (e - b)]
         results = []
@@ -192,7 +202,13 @@ def load_embedder(cfg: EmbeddingConfig) -> WordEmbedder:
         )
     model.to(device).eval()
     return WordEmbedder(
-        model, tokenizer, layer=cfg.layer, window=cfg.window, stride=cfg.stride, batch_size=cfg.batch_size, mark_line_breaks=cfg.mark_line_breaks
+        model,
+        tokenizer,
+        layer=cfg.layer,
+        window=cfg.window,
+        stride=cfg.stride,
+        batch_size=cfg.batch_size,
+        mark_line_breaks=cfg.mark_line_breaks,
     )
 
 

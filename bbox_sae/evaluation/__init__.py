@@ -15,6 +15,21 @@ from bbox_sae.evaluation.recovery import row_attributes, rows_to_words, score_re
 from bbox_sae.evaluation.runs import extract, share_inputs
 
 __all__ = [
-    "PlantedRule", "ablation_variants", "coherence_summary", "extract", "load_rules", "planted_logprobs", "planted_rules_path", "print_planted",
-    "row_attributes", "rows_to_words", "rule_masks", "run_ablation", "run_coherence", "run_planted", "score_recovery", "share_inputs", "stability",
+    "PlantedRule",
+    "ablation_variants",
+    "coherence_summary",
+    "extract",
+    "load_rules",
+    "planted_logprobs",
+    "planted_rules_path",
+    "print_planted",
+    "row_attributes",
+    "rows_to_words",
+    "rule_masks",
+    "run_ablation",
+    "run_coherence",
+    "run_planted",
+    "score_recovery",
+    "share_inputs",
+    "stability",
 ]

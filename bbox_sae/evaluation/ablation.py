@@ -24,7 +24,9 @@ from bbox_sae.stages import run_command
 def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     """Run the variants; returns name -> (run dir with the build, features dir, source)."""
     variants: dict[str, tuple[Path, Path, str]] = {"full": (cfg.out, cfg.out, "sae")}
-    w0 = cfg.model_copy(update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})})
+    w0 = cfg.model_copy(
+        update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})}
+    )
     share_inputs(cfg, w0)
     extract(w0)
     variants["no-performance (w=0)"] = (w0.out, w0.out, "sae")
@@ -49,6 +51,9 @@ def run_ablation(cfg: Config) -> dict:
             "mean_abs_median_dlogp_kept": float(np.mean([abs(f["median_dlogp"]) for f in kept])) if kept else None,
         }
     atomic_write_json(cfg.paths.ablation_results, results)
-    print_table("Ablations", ["variant", "kept", "mean label score", "mean |median Δ| (kept)"],
-                [[n, r["kept"], fmt(r["mean_label_score"]), fmt(r["mean_abs_median_dlogp_kept"])] for n, r in results.items()])
+    print_table(
+        "Ablations",
+        ["variant", "kept", "mean label score", "mean |median Δ| (kept)"],
+        [[n, r["kept"], fmt(r["mean_label_score"]), fmt(r["mean_abs_median_dlogp_kept"])] for n, r in results.items()],
+    )
     return results

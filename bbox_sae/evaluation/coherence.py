@@ -71,5 +71,9 @@ def stability(run_dirs: list[Path], min_overlap: float = 0.3) -> dict:
         return any(g[0] == f[0] and ((f[1] and f[1] == g[1]) or len(f[2] & g[2]) / max(len(f[2] | g[2]), 1) >= min_overlap) for g in run)
 
     stable = [sum(found(f, run) for run in others) >= max(1, len(others) / 2) for f in first]
-    return {"findings": len(first), "stable": int(sum(stable)), "stable_share": float(np.mean(stable)) if stable else None,
-            "findings_per_seed": [len(r) for r in runs]}
+    return {
+        "findings": len(first),
+        "stable": int(sum(stable)),
+        "stable_share": float(np.mean(stable)) if stable else None,
+        "findings_per_seed": [len(r) for r in runs],
+    }

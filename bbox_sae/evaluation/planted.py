@@ -50,14 +50,22 @@ def check_planted_config(cfg: Config) -> None:
 def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, seed: int) -> dict:
     """B = A + N(0, noise_std) with nothing planted, SAE seed `seed`; every kept finding is false."""
     out = cfg.paths.null_seed(seed).root
-    sub = reading_b_from(cfg, cfg.paths.null_logprobs(seed)).model_copy(update={"output_dir": str(out), "sae": cfg.sae.model_copy(update={"seed": seed})})
+    sub = reading_b_from(cfg, cfg.paths.null_logprobs(seed)).model_copy(
+        update={"output_dir": str(out), "sae": cfg.sae.model_copy(update={"seed": seed})}
+    )
     share_inputs(cfg, sub, logprobs=models_but_b(cfg))
     rng = np.random.default_rng(1000 + seed)
     plant(sub, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
     extract(sub)
     findings = read_table(sub.paths.findings).to_pylist()
-    return {"seed": seed, "kept_findings": len(findings),
-            "findings": [{"statement": f["statement"], "kind": f["kind"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings]}
+    return {
+        "seed": seed,
+        "kept_findings": len(findings),
+        "findings": [
+            {"statement": f["statement"], "kind": f["kind"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
+            for f in findings
+        ],
+    }
 
 
 def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[int, ...] = (0, 1, 2), ablations: bool = False) -> dict:
@@ -74,14 +82,22 @@ def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[in
     plant(cfg, planted_logprobs(lp_a, masks, rules, noise_std, seed), words)
     extract(cfg)
 
-    results = {"rules": {r.name: {"kind": r.kind, "delta": r.delta, "occurrences": int(masks[r.name].sum()),
-                                  "frequency": float(masks[r.name].mean())} for r in rules},
-               "noise_std": noise_std, "words": words.num_rows, "variants": {}}
+    results = {
+        "rules": {
+            r.name: {"kind": r.kind, "delta": r.delta, "occurrences": int(masks[r.name].sum()), "frequency": float(masks[r.name].mean())}
+            for r in rules
+        },
+        "noise_std": noise_std,
+        "words": words.num_rows,
+        "variants": {},
+    }
     variants = ablation_variants(cfg) if ablations else {"full": (cfg.out, cfg.out, "sae")}
     for name, (run_dir, feat_dir, source) in variants.items():
         at = rows_to_words(words, run_dir)
         masks_by_row = {r: m[at] for r, m in masks.items()}
-        results["variants"][name] = score_recovery(cfg.model_copy(update={"output_dir": str(run_dir)}), feat_dir, rules, masks_by_row, source)
+        results["variants"][name] = score_recovery(
+            cfg.model_copy(update={"output_dir": str(run_dir)}), feat_dir, rules, masks_by_row, source
+        )
     results["null"] = [null_run(cfg, words, lp_a, noise_std, s) for s in null_seeds]
     atomic_write_json(cfg.paths.planted_results, results)
     print_planted(results)

@@ -24,18 +24,60 @@ def print_planted(results: dict) -> None:
     full = results["variants"]["full"]
     print_table(
         f"Planted-difference recovery ({results['words']} words)",
-        ["rule", "kind", "planted Δ (B − A)", "frequency", "train occurrences", "recovered", "precision", "recall", "detection", "splits", "finding", "statement (kind)"],
-        [[n, results["rules"][n]["kind"], results["rules"][n]["delta"], f"{100 * results['rules'][n]['frequency']:.2f}%", v["train_occurrences"],
-          "yes" if v["recovered"] else "no", f"{v['precision']:.2f}", f"{v['recall']:.2f}", fmt(v.get("detection")), v["splits"], fmt(v["finding"]),
-          f"{v['label']} ({v.get('kind')})" if v.get("label") else "-"]
-         for n, v in full["per_rule"].items()],
+        [
+            "rule",
+            "kind",
+            "planted Δ (B − A)",
+            "frequency",
+            "train occurrences",
+            "recovered",
+            "precision",
+            "recall",
+            "detection",
+            "splits",
+            "finding",
+            "statement (kind)",
+        ],
+        [
+            [
+                n,
+                results["rules"][n]["kind"],
+                results["rules"][n]["delta"],
+                f"{100 * results['rules'][n]['frequency']:.2f}%",
+                v["train_occurrences"],
+                "yes" if v["recovered"] else "no",
+                f"{v['precision']:.2f}",
+                f"{v['recall']:.2f}",
+                fmt(v.get("detection")),
+                v["splits"],
+                fmt(v["finding"]),
+                f"{v['label']} ({v.get('kind')})" if v.get("label") else "-",
+            ]
+            for n, v in full["per_rule"].items()
+        ],
     )
     print_table(
         "Summary",
         ["variant", "rules recovered", "mean recall", "FDR", "kept findings", "kept latents", "max splits"],
-        [[n, f"{v['rules_recovered']}/{v['rules']}", f"{v['mean_recall']:.2f}", f"{v['fdr']:.2f}", v["kept_findings"], v["kept_latents"], v["max_splits"]]
-         for n, v in results["variants"].items()],
+        [
+            [
+                n,
+                f"{v['rules_recovered']}/{v['rules']}",
+                f"{v['mean_recall']:.2f}",
+                f"{v['fdr']:.2f}",
+                v["kept_findings"],
+                v["kept_latents"],
+                v["max_splits"],
+            ]
+            for n, v in results["variants"].items()
+        ],
     )
     if results.get("null"):
-        print_table("Null pair (B = A + noise, nothing planted)", ["seed", "kept findings", "what"],
-                    [[r["seed"], r["kept_findings"], "; ".join((f["statement"] or f["top_words"] or "")[:40] for f in r["findings"][:3])] for r in results["null"]])
+        print_table(
+            "Null pair (B = A + noise, nothing planted)",
+            ["seed", "kept findings", "what"],
+            [
+                [r["seed"], r["kept_findings"], "; ".join((f["statement"] or f["top_words"] or "")[:40] for f in r["findings"][:3])]
+                for r in results["null"]
+            ],
+        )

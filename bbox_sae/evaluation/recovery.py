@@ -65,7 +65,9 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     findings = labeled_findings(tables)
     features = labeled_features(tables)
     n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
-    detection = {latent: score for latent, score in zip(features["latent"].to_pylist(), features["label_score"].to_pylist()) if score is not None}
+    detection = {
+        latent: score for latent, score in zip(features["latent"].to_pylist(), features["label_score"].to_pylist()) if score is not None
+    }
     top = read_table(tables.top_activations).filter(pc.field("split") == "train")
     top_rows_of = {}
     for latent, group in _group_rows(top).items():
@@ -95,8 +97,15 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     for r in rules:
         winner = cfg.compare[0][1] if r.delta > 0 else cfg.compare[0][0]
         rule_holdout = masks_by_row[r.name] & holdout
-        best = {"recovered": False, "precision": 0.0, "recall": 0.0, "finding": None, "splits": 0,
-                "occurrences": int(masks_by_row[r.name].sum()), "train_occurrences": int((masks_by_row[r.name] & ~holdout).sum())}
+        best = {
+            "recovered": False,
+            "precision": 0.0,
+            "recall": 0.0,
+            "finding": None,
+            "splits": 0,
+            "occurrences": int(masks_by_row[r.name].sum()),
+            "train_occurrences": int((masks_by_row[r.name] & ~holdout).sum()),
+        }
         for f, ms, share in zip(findings, members, shares):
             if f["better_model"] != winner:
                 continue
@@ -107,11 +116,18 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
                 else:
                     recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
                 scores = [detection[m] for m in ms if m in detection]
-                best.update(precision=share[r.name], recall=recall, finding=f["finding"], recovered=share[r.name] >= RECOVERED_SHARE,
-                            label=f["statement"], kind=f.get("kind"), statement_source=f.get("statement_source"),
-                            # The finding's own statement, judged on its held-out words; `test: top` has
-                            # no statement of its own: the median of its latents' label detections.
-                            detection=f["detection"] if by_rule else float(np.median(scores)) if scores else None)
+                best.update(
+                    precision=share[r.name],
+                    recall=recall,
+                    finding=f["finding"],
+                    recovered=share[r.name] >= RECOVERED_SHARE,
+                    label=f["statement"],
+                    kind=f.get("kind"),
+                    statement_source=f.get("statement_source"),
+                    # The finding's own statement, judged on its held-out words; `test: top` has
+                    # no statement of its own: the median of its latents' label detections.
+                    detection=f["detection"] if by_rule else float(np.median(scores)) if scores else None,
+                )
         per_rule[r.name] = best
     spurious = [f["finding"] for f, share in zip(findings, shares) if share["_planted"] < SPURIOUS_SHARE]
     recovered = [v for v in per_rule.values() if v["recovered"]]
@@ -124,7 +140,10 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
         "max_splits": max((v["splits"] for v in per_rule.values()), default=0),
         "fdr": len(spurious) / len(findings) if findings else 0.0,
         "spurious": len(spurious),
-        "spurious_findings": [{"finding": f["finding"], "statement": f["statement"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
-                              for f in findings if f["finding"] in spurious],
+        "spurious_findings": [
+            {"finding": f["finding"], "statement": f["statement"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
+            for f in findings
+            if f["finding"] in spurious
+        ],
         "per_rule": per_rule,
     }

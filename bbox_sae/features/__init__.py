@@ -11,10 +11,14 @@ latents (optionally with `min_rule_f1`) are grouped into findings (`features.fin
 default `test: rule`, latents propose context rules and their own groups of words instead, each
 tested on every held-out word it covers.
 
-Modules: `encoders` (SAE / baselines, Δ-blind ranking, the chunked pass over rows),
-`activations` (top activations, firing), `feature_table` (Δ tests and filters), `significance` (the tests themselves), `rules` and `findings` (context rules, grouping latents), `domains`, `grouping`
-(the findings strategies' inputs, and `test: top`), `tested_findings` (`test: rule`), `source` (the rows, words and encoder, opened once per command), `latent_sets` (a latent's groups of words), `word_sets` (a group said in
-words, and its judge), `contexts` (text around a row's word), `stage` (`run_features`).
+Modules: `source` (the rows, their words and the encoder, opened once per command), `encoders`
+(SAE / baselines, Δ-blind ranking, the chunked pass over rows), `activations` (top activations,
+firing), `feature_table` (Δ statistics and filters per latent), `significance` (the tests
+themselves), `rules` (the rule space), `findings` (proposing rules, grouping latents),
+`grouping` (the strategies' frozen inputs, and `test: top`), `candidates` and `tested_findings`
+(`test: rule`: what latents propose, its test, the findings), `latent_sets` (a latent's groups
+of words), `word_sets` (a group said in words, and its judge), `contexts` (text around a row's
+word), `domains`, `stage` (`run_features`).
 """
 
 from bbox_sae.features.activations import TopActivations, firing, top_activations, top_words
@@ -25,7 +29,26 @@ from bbox_sae.features.stage import features_layout, run_features
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA
 
 __all__ = [
-    "Encoder", "FEATURE_SCHEMA", "FINDING_SCHEMA", "FeatureSource", "Matrix", "TESTED_RULE_SCHEMA", "TopActivations", "blind_rows",
-    "contexts_table", "cut_context", "encode_rows", "feature_source", "features_layout", "firing", "make_encoder", "open_rows",
-    "ranking_encoder", "run_features", "top_activations", "top_words", "word_attributes_by_position", "words_by_row",
+    "Encoder",
+    "FEATURE_SCHEMA",
+    "FINDING_SCHEMA",
+    "FeatureSource",
+    "Matrix",
+    "TESTED_RULE_SCHEMA",
+    "TopActivations",
+    "blind_rows",
+    "contexts_table",
+    "cut_context",
+    "encode_rows",
+    "feature_source",
+    "features_layout",
+    "firing",
+    "make_encoder",
+    "open_rows",
+    "ranking_encoder",
+    "run_features",
+    "top_activations",
+    "top_words",
+    "word_attributes_by_position",
+    "words_by_row",
 ]

@@ -20,7 +20,9 @@ class TopActivations:
     n_rows: int
 
 
-def top_activations(encode: Encoder, matrix: np.ndarray, rows_by_split: dict[str, np.ndarray], d_sae: int, top_n: int, chunk_rows: int) -> TopActivations:
+def top_activations(
+    encode: Encoder, matrix: np.ndarray, rows_by_split: dict[str, np.ndarray], d_sae: int, top_n: int, chunk_rows: int
+) -> TopActivations:
     fire = torch.zeros(d_sae, dtype=torch.long)
     values, rows = {}, {}
     for split, split_rows in rows_by_split.items():
@@ -39,6 +41,7 @@ def firing(encode: Encoder, matrix: np.ndarray, latents: list[int], chunk_rows: 
         for idx, acts in encode_rows(encode, matrix, np.arange(matrix.shape[0]), chunk_rows, desc="features: firing"):
             out[idx] = (acts[:, latents] > 0).numpy()
     return out
+
 
 def _latent_examples(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     positive = values > 0
@@ -74,4 +77,3 @@ def top_records(top: TopActivations, d_sae: int, index: pa.Table) -> tuple[pa.Ta
         }
     )
     return table, examples
-

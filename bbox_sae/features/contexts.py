@@ -9,8 +9,8 @@ import pyarrow.dataset as pads
 
 from bbox_sae.artifacts import read_table, resolve_files
 from bbox_sae.config import Config
-from bbox_sae.layout import logprob_column
 from bbox_sae.features.rules import WordAttributes, word_attributes
+from bbox_sae.layout import logprob_column
 
 # (latent, split, rank, row, activation, in_top): one row of contexts.parquet before its text is cut.
 Example = tuple[int, str, int, int, float, bool]

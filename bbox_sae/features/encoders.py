@@ -6,13 +6,13 @@ cluster memberships), optionally behind the Δ-blind view of the rows (`features
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 
-from bbox_sae.config import Config
 from bbox_sae.build.matrix import matrix_chunks
+from bbox_sae.config import Config
 
 Encoder = Callable[[torch.Tensor], torch.Tensor]
 
@@ -61,6 +61,7 @@ def kmeans_encoder(cfg: Config, matrix: np.ndarray, train_rows: np.ndarray) -> E
 
 # ---------------------------------------------------------------- Δ-blind ranking
 
+
 def blind_rows(x: torch.Tensor, d_embedding: int, performance: str) -> torch.Tensor:
     """The rows with the models made indistinguishable: each model's performance column replaced by
     the models' mean (`delta` columns by 0), the context part unchanged.
@@ -85,7 +86,9 @@ def ranking_encoder(encode: Encoder, d_embedding: int, performance: str, ranking
     return lambda x: encode(blind_rows(x, d_embedding, performance))
 
 
-def encode_rows(encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+def encode_rows(
+    encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None
+) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
     """(row ids, activations) chunk by chunk."""
     for idx, x in matrix_chunks(matrix, rows, chunk_rows, desc=desc):
         yield idx, encode(x)

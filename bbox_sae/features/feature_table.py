@@ -3,7 +3,7 @@ filters that keep a latent, and the corpus-level comparison."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -13,8 +13,8 @@ from tqdm.auto import tqdm
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.findings import top_forms
-from bbox_sae.layout import logprob_column
 from bbox_sae.features.significance import bh_qvalues, coherence, delta_stats, generalizes
+from bbox_sae.layout import logprob_column
 
 
 def pair_stats(rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, n_boot: int, seed: int) -> dict:
@@ -100,7 +100,11 @@ def corpus_stats(index: pa.Table, models: list[str], pairs: list[tuple[str, str]
         out["models"][m] = {"mean_logprob": float(lp.mean()), "perplexity": float(np.exp(-lp.mean())), "words": int(len(lp))}
     for a, b in pairs:
         d = index[logprob_column(a)].to_numpy() - index[logprob_column(b)].to_numpy()
-        out["pair_stats"][f"{a} vs {b}"] = {"mean_dlogp": float(d.mean()), "median_dlogp": float(np.median(d)), "share_a_better": float((d > 0).mean())}
+        out["pair_stats"][f"{a} vs {b}"] = {
+            "mean_dlogp": float(d.mean()),
+            "median_dlogp": float(np.median(d)),
+            "share_a_better": float((d > 0).mean()),
+        }
     return out
 
 

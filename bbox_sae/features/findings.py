@@ -24,7 +24,15 @@ class LatentRule:
     holdout: RuleFit  # the same rule measured on the holdout top words and holdout words
 
 
-def mine_rule(attrs: WordAttributes, top_train: np.ndarray, top_holdout: np.ndarray, fires: np.ndarray, train_scope: np.ndarray, holdout_scope: np.ndarray, min_share: float) -> LatentRule | None:
+def mine_rule(
+    attrs: WordAttributes,
+    top_train: np.ndarray,
+    top_holdout: np.ndarray,
+    fires: np.ndarray,
+    train_scope: np.ndarray,
+    holdout_scope: np.ndarray,
+    min_share: float,
+) -> LatentRule | None:
     """The best rule on train, and its held-out fit (the label-free coherence measure)."""
     chosen = best_rule(attrs, top_train, fires, train_scope, min_share)
     if chosen is None:
@@ -46,7 +54,9 @@ class _UnionFind:
         self.parent[self.find(i)] = self.find(j)
 
 
-def group_latents(keys: list[tuple], rules: list[str | None], top_holdout: list[np.ndarray], fires: np.ndarray, overlap: float) -> list[list[int]]:
+def group_latents(
+    keys: list[tuple], rules: list[str | None], top_holdout: list[np.ndarray], fires: np.ndarray, overlap: float
+) -> list[list[int]]:
     """Groups of positions into `keys` (pair and winner per kept latent) that express one difference.
 
     `fires[:, i]` is where latent i fires over all rows; i and j (same key) join when their rule
@@ -77,6 +87,7 @@ def top_forms(words: np.ndarray, n: int = 5) -> str:
 
 # ---------------------------------------------------------------- rules as tested hypotheses
 
+
 def _effect(lp_a: np.ndarray, lp_b: np.ndarray, rows: np.ndarray, sign: int) -> tuple[float, float]:
     """Median Δlog p and median Δp on `rows`, oriented so that positive means `sign`'s model wins."""
     if len(rows) == 0:
@@ -87,6 +98,7 @@ def _effect(lp_a: np.ndarray, lp_b: np.ndarray, rows: np.ndarray, sign: int) -> 
 def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list[Rule]:
     """Rules one step broader: a form becomes its class (alone, or with its words' usual left class),
     a condition is dropped (one always stays)."""
+
     def common(col: np.ndarray) -> str:
         return attrs.vocab[Counter(col[covered].tolist()).most_common(1)[0][0]]
 
@@ -106,8 +118,18 @@ def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list
     return out
 
 
-def generalize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
-               sign: int, min_abs_dlogp: float, min_abs_dp: float, keep: float = 0.8) -> Rule | None:
+def generalize(
+    rule: Rule,
+    attrs: WordAttributes,
+    covered: np.ndarray,
+    train_scope: np.ndarray,
+    lp_a: np.ndarray,
+    lp_b: np.ndarray,
+    sign: int,
+    min_abs_dlogp: float,
+    min_abs_dp: float,
+    keep: float = 0.8,
+) -> Rule | None:
     """The broadest rule, `rule` or up to two steps of relaxation, whose train words beyond `rule`'s
     (all of them, not only a latent's top words) show the difference at `keep` of `rule`'s size or
     more; None when `rule`'s own words do not pass the effect rule. Relaxing only while the added
@@ -134,8 +156,17 @@ def generalize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_sco
     return best
 
 
-def specialize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
-               sign: int, min_share: float, drop: float = 0.2) -> Rule:
+def specialize(
+    rule: Rule,
+    attrs: WordAttributes,
+    covered: np.ndarray,
+    train_scope: np.ndarray,
+    lp_a: np.ndarray,
+    lp_b: np.ndarray,
+    sign: int,
+    min_share: float,
+    drop: float = 0.2,
+) -> Rule:
     """`rule` with one more condition, when the train words that condition removes carry less than
     `drop` of the difference: "an all-capitals word" becomes "an all-capitals word after a blank
     line" when only speech starts differ. Conditions come from the covered words (>= `min_share`)."""
@@ -146,7 +177,11 @@ def specialize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_sco
     if rule.left_kind is None:
         for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls), ("form2", attrs.left2_form)):
             options += [(kind, attrs.vocab[v]) for v, c in Counter(col[covered].tolist()).items() if c >= min_share * n]
-        options += [("layout", name) for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)) if col[covered].sum() >= min_share * n]
+        options += [
+            ("layout", name)
+            for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank))
+            if col[covered].sum() >= min_share * n
+        ]
         candidates = [Rule(rule.word_kind, rule.word_value, k, v) for k, v in options]
     elif rule.word_kind is None:
         for kind, col in (("form", attrs.form), ("class", attrs.cls)):
@@ -166,8 +201,18 @@ def specialize(rule: Rule, attrs: WordAttributes, covered: np.ndarray, train_sco
 
 
 def propose_rules(
-    attrs: WordAttributes, top_train: np.ndarray, fires: np.ndarray, train_scope: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray,
-    sign: int, min_share: float, max_rules: int, min_abs_dlogp: float, min_abs_dp: float, max_tries: int = 5,
+    attrs: WordAttributes,
+    top_train: np.ndarray,
+    fires: np.ndarray,
+    train_scope: np.ndarray,
+    lp_a: np.ndarray,
+    lp_b: np.ndarray,
+    sign: int,
+    min_share: float,
+    max_rules: int,
+    min_abs_dlogp: float,
+    min_abs_dp: float,
+    max_tries: int = 5,
 ) -> list[tuple[Rule, RuleFit]]:
     """Up to `max_rules` rules for the words that carry a latent's difference in direction `sign` (its
     train top words on which that model wins by more than `min_abs_dlogp`), greedily: the best rule,

@@ -61,7 +61,8 @@ class FindingTables:
 
 
 def number_by_effect(
-    findings: list[dict], finding_words: list[tuple[int, str, np.ndarray]],
+    findings: list[dict],
+    finding_words: list[tuple[int, str, np.ndarray]],
 ) -> tuple[list[dict], list[tuple[int, str, np.ndarray]], dict[int, int]]:
     """Findings numbered by effect size, finding 0 the largest difference, their words renumbered
     alike, and the map from old numbers to new."""
@@ -81,8 +82,13 @@ def top_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Finding
     rules: dict[int, LatentRule | None] = {}
     for latent in candidates:
         rules[latent] = mine_rule(
-            attrs, top_words(top, "train", latent), top_words(top, "holdout", latent), fires[:, column[latent]],
-            rows_by_split["train"], rows_by_split["holdout"], fcfg.rule_min_share,
+            attrs,
+            top_words(top, "train", latent),
+            top_words(top, "holdout", latent),
+            fires[:, column[latent]],
+            rows_by_split["train"],
+            rows_by_split["holdout"],
+            fcfg.rule_min_share,
         )
     features = []
     for r in feats:
@@ -111,25 +117,46 @@ def top_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Finding
         fid = len(findings)
         for i in g:
             features[kept[i]] = {**features[kept[i]], "finding": fid}
-        findings.append({
-            "finding": fid,
-            "model_a": a,
-            "model_b": b,
-            "better_model": members[0]["better_model"],
-            "latents": ",".join(str(x) for x in sorted(latents)),
-            "n_latents": len(latents),
-            "n_top": int(len(train_rows)),
-            "holdout_n": int(len(holdout_rows)),
-            **{k: stats[k] for k in ("median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
-                                      "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value")},
-            **rule_columns(fit),
-            "kind": "rule", "statement": fit.train.rule.describe() if fit else None, "word_set_json": None,
-            "top_words": top_forms(inputs.words_by_row[train_rows]),
-        })
+        findings.append(
+            {
+                "finding": fid,
+                "model_a": a,
+                "model_b": b,
+                "better_model": members[0]["better_model"],
+                "latents": ",".join(str(x) for x in sorted(latents)),
+                "n_latents": len(latents),
+                "n_top": int(len(train_rows)),
+                "holdout_n": int(len(holdout_rows)),
+                **{
+                    k: stats[k]
+                    for k in (
+                        "median_dlogp",
+                        "mean_dlogp",
+                        "median_dp",
+                        "ci_low",
+                        "ci_high",
+                        "consistency",
+                        "holdout_median_dlogp",
+                        "holdout_ci_low",
+                        "holdout_ci_high",
+                        "holdout_p_value",
+                    )
+                },
+                **rule_columns(fit),
+                "kind": "rule",
+                "statement": fit.train.rule.describe() if fit else None,
+                "word_set_json": None,
+                "top_words": top_forms(inputs.words_by_row[train_rows]),
+            }
+        )
         finding_words += [(fid, "train", train_rows), (fid, "holdout", holdout_rows)]
     findings, finding_words, renumber = number_by_effect(findings, finding_words)
     features = [
-        dict(r, finding=None if r["finding"] is None else renumber[r["finding"]], findings=None if r["finding"] is None else str(renumber[r["finding"]]))
+        dict(
+            r,
+            finding=None if r["finding"] is None else renumber[r["finding"]],
+            findings=None if r["finding"] is None else str(renumber[r["finding"]]),
+        )
         for r in features
     ]
     return FindingTables(features, findings, [], finding_words)

@@ -33,9 +33,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left
 from bbox_sae.features.rules import WordAttributes
 from bbox_sae.features.significance import coherence
+from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left
 
 GROUP_COSINE = 0.3  # k-means clusters of one latent's carrying words whose centroids are at least this close are one group
 CLUSTER_WORDS = 25  # about this many carrying words per k-means cluster...
@@ -89,7 +89,9 @@ def context_groups(vectors: np.ndarray, seed: int) -> np.ndarray:
     return joined[labels] - 1
 
 
-def form_wins(attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> tuple[np.ndarray, np.ndarray]:
+def form_wins(
+    attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(vocab,) each word form's train occurrences, and those on which `sign`'s model wins by more
     than the threshold."""
     size = len(attrs.vocab)
@@ -107,7 +109,9 @@ def group_forms(attrs: WordAttributes, members: np.ndarray, total: np.ndarray, w
     return members[own[attrs.form[members]]]
 
 
-def without_idle_left(word_set: WordSet, attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> WordSet:
+def without_idle_left(
+    word_set: WordSet, attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float
+) -> WordSet:
     """The word set without its left context when the model wins on its forms elsewhere too (on at
     least `FORM_CARRIES` of their other train occurrences): most nouns follow a determiner, and a
     class of nouns that differs wherever it stands is not "after a determiner". 'lord' after 'my'
@@ -122,9 +126,17 @@ def without_idle_left(word_set: WordSet, attrs: WordAttributes, train: np.ndarra
 
 
 def latent_sets(
-    proposals: list[tuple[int, tuple[str, str], int]], fires_of: dict[int, np.ndarray], context: np.ndarray, attrs: WordAttributes,
-    train: np.ndarray, holdout: np.ndarray, dlogp_of: dict[tuple[str, str], np.ndarray], in_context_rule: dict[tuple, np.ndarray],
-    min_abs_dlogp: float, min_words: int, seed: int,
+    proposals: list[tuple[int, tuple[str, str], int]],
+    fires_of: dict[int, np.ndarray],
+    context: np.ndarray,
+    attrs: WordAttributes,
+    train: np.ndarray,
+    holdout: np.ndarray,
+    dlogp_of: dict[tuple[str, str], np.ndarray],
+    in_context_rule: dict[tuple, np.ndarray],
+    min_abs_dlogp: float,
+    min_words: int,
+    seed: int,
 ) -> list[LatentSet]:
     """The word sets of each proposal (latent, pair, sign): one per context group of its carrying
     train words with at least `min_words` words on forms that carry; a set another proposal (or

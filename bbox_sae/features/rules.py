@@ -58,8 +58,18 @@ CLASS_PHRASES = {
 }
 LAYOUT_PHRASES = {"line_start": "at the start of a line", "after_blank": "after a blank line"}
 PUNCT_NAMES = {
-    ",": "comma", ".": "full stop", ";": "semicolon", ":": "colon", "?": "question mark", "!": "exclamation mark",
-    "'": "apostrophe", '"': "quotation mark", "(": "opening bracket", ")": "closing bracket", "-": "hyphen", "--": "dash",
+    ",": "comma",
+    ".": "full stop",
+    ";": "semicolon",
+    ":": "colon",
+    "?": "question mark",
+    "!": "exclamation mark",
+    "'": "apostrophe",
+    '"': "quotation mark",
+    "(": "opening bracket",
+    ")": "closing bracket",
+    "-": "hyphen",
+    "--": "dash",
 }
 
 
@@ -113,11 +123,17 @@ class WordAttributes:
         """Vocab string -> code; built once per attribute table, not once per rule test."""
         return {s: i for i, s in enumerate(self.vocab)}
 
-    def take(self, positions: np.ndarray) -> "WordAttributes":
+    def take(self, positions: np.ndarray) -> WordAttributes:
         """The attributes of the words at `positions` (e.g. the words behind a matrix's rows)."""
         return WordAttributes(
-            self.form[positions], self.cls[positions], self.left_form[positions], self.left_cls[positions],
-            self.left2_form[positions], self.line_start[positions], self.after_blank[positions], self.vocab,
+            self.form[positions],
+            self.cls[positions],
+            self.left_form[positions],
+            self.left_cls[positions],
+            self.left2_form[positions],
+            self.line_start[positions],
+            self.after_blank[positions],
+            self.vocab,
         )
 
 
@@ -142,7 +158,9 @@ def word_attributes(docs: list[list[str]]) -> WordAttributes:
             prev2, prev = prev, w
     vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
     arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
-    return WordAttributes(arr(form), arr(cls), arr(left_form), arr(left_cls), arr(left2_form), np.asarray(line_start), np.asarray(after_blank), vocab)
+    return WordAttributes(
+        arr(form), arr(cls), arr(left_form), arr(left_cls), arr(left2_form), np.asarray(line_start), np.asarray(after_blank), vocab
+    )
 
 
 @dataclass(frozen=True)
@@ -282,7 +300,9 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     return " or ".join(together(g) for g in said)
 
 
-def ranked_rules(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> list[RuleFit]:
+def ranked_rules(
+    attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2
+) -> list[RuleFit]:
     """Every rule built from conditions common in the top words, best first: by F1, ties to the rule
     that names the word (its form, else its class), then to the one with fewer conditions; of two
     equally true statements the label keeps the more telling one."""
@@ -307,8 +327,14 @@ def best_rule(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, sc
 
 
 def cover_outside(
-    rules: list[Rule] | tuple[Rule, ...], attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray,
-    min_precision: float = 0.5, max_rules: int = 3, min_words: int = 2,
+    rules: list[Rule] | tuple[Rule, ...],
+    attrs: WordAttributes,
+    top_rows: np.ndarray,
+    fires: np.ndarray,
+    scope: np.ndarray,
+    min_precision: float = 0.5,
+    max_rules: int = 3,
+    min_words: int = 2,
 ) -> list[RuleFit]:
     """Rules for the top words that `rules` leave out, greedily (best F1 first, each over what is
     still left), each covering at least `min_words` of them with a precision over `scope` of at
@@ -318,8 +344,11 @@ def cover_outside(
     found: list[RuleFit] = []
     while len(found) < max_rules and len(left) >= min_words:
         fit = next(
-            (f for f in ranked_rules(attrs, left, fires, scope, min_share=min_words / len(left))
-             if f.precision >= min_precision and f.recall * len(left) >= min_words - 1e-9),
+            (
+                f
+                for f in ranked_rules(attrs, left, fires, scope, min_share=min_words / len(left))
+                if f.precision >= min_precision and f.recall * len(left) >= min_words - 1e-9
+            ),
             None,
         )
         if fit is None:

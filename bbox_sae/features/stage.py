@@ -13,10 +13,10 @@ from bbox_sae.config import Config
 from bbox_sae.features.activations import TopActivations, top_activations, top_records
 from bbox_sae.features.contexts import contexts_table
 from bbox_sae.features.domains import domain_stats
+from bbox_sae.features.feature_table import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.features.grouping import FindingInputs, top_tested_findings
 from bbox_sae.features.source import FeatureSource, Matrix, feature_source
 from bbox_sae.features.tested_findings import rule_tested_findings
-from bbox_sae.features.feature_table import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
 
@@ -46,8 +46,15 @@ def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
     pairs = [tuple(p) for p in cfg.compare]
     feats = apply_filters(feature_rows(top, lp_by_row, src.words_of_row, embedding_of, pairs, fcfg, cfg.seed, src.name), fcfg)
     inputs = FindingInputs(
-        top=top, fires_of=src.fires, attrs=src.attrs, rows_by_split=m.rows_by_split, lp_by_row=lp_by_row,
-        words_by_row=src.words_of_row, context=m.values[:, :d_emb], fcfg=fcfg, seed=cfg.seed,
+        top=top,
+        fires_of=src.fires,
+        attrs=src.attrs,
+        rows_by_split=m.rows_by_split,
+        lp_by_row=lp_by_row,
+        words_by_row=src.words_of_row,
+        context=m.values[:, :d_emb],
+        fcfg=fcfg,
+        seed=cfg.seed,
     )
     found = (rule_tested_findings if fcfg.test == "rule" else top_tested_findings)(feats, inputs)
     return Tables(
@@ -65,7 +72,9 @@ def finding_words_table(words: list[tuple[int, str, np.ndarray]], index: pa.Tabl
     at = pa.array(rows, pa.int64())
     return pa.table(
         {
-            "finding": pa.array(np.repeat([f for f, _, _ in words], [len(r) for _, _, r in words]).astype(np.int32) if words else [], pa.int32()),
+            "finding": pa.array(
+                np.repeat([f for f, _, _ in words], [len(r) for _, _, r in words]).astype(np.int32) if words else [], pa.int32()
+            ),
             "split": pa.array([split for _, split, r in words for _ in range(len(r))], pa.string()),
             "row": at,
             "doc_id": index["doc_id"].take(at),
@@ -110,7 +119,9 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     print_summary(tables.findings, tables.features, stats)
     features = tables.features
     return {
-        "live_latents": len(set(features["latent"].to_pylist())), "feature_rows": features.num_rows,
+        "live_latents": len(set(features["latent"].to_pylist())),
+        "feature_rows": features.num_rows,
         "kept": int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0,
-        "findings": tables.findings.num_rows, "source": src.name,
+        "findings": tables.findings.num_rows,
+        "source": src.name,
     }

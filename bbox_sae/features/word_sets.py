@@ -69,7 +69,7 @@ class WordSet:
         return json.dumps({"forms": list(self.forms), "counts": list(self.counts), "suffix": self.suffix, "left": left})
 
     @classmethod
-    def from_json(cls, text: str) -> "WordSet":
+    def from_json(cls, text: str) -> WordSet:
         raw = json.loads(text)
         return cls(tuple(raw["forms"]), tuple(raw["counts"]), raw.get("suffix"), Rule(**raw["left"]) if raw.get("left") else None)
 
@@ -109,5 +109,8 @@ def describe_word_set(attrs: WordAttributes, rows: np.ndarray) -> WordSet:
     forms = Counter(attrs.vocab[c][2:] for c in attrs.form[rows].tolist())
     ranked = sorted(forms.items(), key=lambda fc: (-fc[1], fc[0]))
     return WordSet(
-        forms=tuple(f for f, _ in ranked), counts=tuple(c for _, c in ranked), suffix=_shared_suffix(forms), left=shared_left(attrs, rows),
+        forms=tuple(f for f, _ in ranked),
+        counts=tuple(c for _, c in ranked),
+        suffix=_shared_suffix(forms),
+        left=shared_left(attrs, rows),
     )

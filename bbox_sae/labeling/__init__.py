@@ -30,7 +30,19 @@ from bbox_sae.labeling.stage import run_label
 from bbox_sae.labeling.table import LABEL_COLUMNS, labeled_features
 
 __all__ = [
-    "Context", "FeatureExamples", "LABEL_COLUMNS", "LabelResult", "MalformedReply", "context_matches", "describe",
-    "detection_scores", "heuristic_label", "heuristic_rule", "labeled_features", "parse_detection_reply",
-    "parse_label_reply", "rule_matches", "run_label",
+    "Context",
+    "FeatureExamples",
+    "LABEL_COLUMNS",
+    "LabelResult",
+    "MalformedReply",
+    "context_matches",
+    "describe",
+    "detection_scores",
+    "heuristic_label",
+    "heuristic_rule",
+    "labeled_features",
+    "parse_detection_reply",
+    "parse_label_reply",
+    "rule_matches",
+    "run_label",
 ]

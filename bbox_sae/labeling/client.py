@@ -7,9 +7,10 @@ import hashlib
 import json
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import openai
 
@@ -156,7 +157,9 @@ class Asker:
                 if not self.stats.malformed_usage:
                     log.warning(
                         "%s: a reply's usage is not token counts (%r); ignored, so token counts and label.max_tokens_total "
-                        "undercount (labels.json: malformed_usage)", self.cfg.base_url, usage,
+                        "undercount (labels.json: malformed_usage)",
+                        self.cfg.base_url,
+                        usage,
                     )
                 self.stats.malformed_usage += 1
             else:

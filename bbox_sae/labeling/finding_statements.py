@@ -22,21 +22,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bbox_sae.artifacts import read_table
+from bbox_sae.corpus.words import split_words
 from bbox_sae.features import FeatureSource, contexts_table
+from bbox_sae.features.rules import normalize_form, rules_from_json
 from bbox_sae.features.word_sets import WordSet
 from bbox_sae.labeling.client import Stats
 from bbox_sae.labeling.heuristic import context_matches, judged
 from bbox_sae.labeling.llm import label_with_llm
 from bbox_sae.labeling.records import Comparison, Context, FeatureExamples, LabelResult, context_of
 from bbox_sae.layout import RunLayout
-from bbox_sae.features.rules import normalize_form, rules_from_json
-from bbox_sae.corpus.words import split_words
 
 # finding_labels.parquet
 FINDING_LABEL_SCHEMA = pa.schema(
     [
-        ("finding", pa.int32()), ("statement", pa.string()), ("statement_source", pa.string()), ("statement_reason", pa.string()),
-        ("detection", pa.float64()), ("detection_precision", pa.float64()), ("detection_recall", pa.float64()), ("fuzz_score", pa.float64()),
+        ("finding", pa.int32()),
+        ("statement", pa.string()),
+        ("statement_source", pa.string()),
+        ("statement_reason", pa.string()),
+        ("detection", pa.float64()),
+        ("detection_precision", pa.float64()),
+        ("detection_recall", pa.float64()),
+        ("fuzz_score", pa.float64()),
     ]
 )
 
@@ -63,7 +69,9 @@ def offline_statement(finding: dict) -> Statement:
     return Statement(finding["statement"] or finding["rule"], "rule", rules=tuple(rules_from_json(finding["rule_json"])))
 
 
-def _example_rows(src: FeatureSource, paths: RunLayout, findings: list[dict], rng: np.random.Generator, n: int, n_train: int, n_contrast: int) -> list[tuple]:
+def _example_rows(
+    src: FeatureSource, paths: RunLayout, findings: list[dict], rng: np.random.Generator, n: int, n_train: int, n_contrast: int
+) -> list[tuple]:
     """(finding, split, rank, row, 0.0, False) for each finding's shown words: `train` (its train
     words), `holdout` (its held-out words: the positives), `negative` (held-out words outside it,
     half of its own forms), `contrast` (train words of its forms outside it)."""
@@ -75,24 +83,22 @@ def _example_rows(src: FeatureSource, paths: RunLayout, findings: list[dict], rn
         mine = covered.filter(pc.field("finding") == f["finding"])
         rows = {split: mine.filter(pc.field("split") == split)["row"].to_numpy() for split in ("train", "holdout")}
         own_forms = list(set(forms[rows["train"]].tolist()))
-
-        def outside(split: str, same_form: bool) -> np.ndarray:
-            pool = m.rows_by_split[split]
-            pool = pool[~np.isin(pool, rows[split])]
-            return pool[np.isin(forms[pool], own_forms)] if same_form else pool
-
+        outside = {split: m.rows_by_split[split][~np.isin(m.rows_by_split[split], rows[split])] for split in ("train", "holdout")}
+        same_form = {split: pool[np.isin(forms[pool], own_forms)] for split, pool in outside.items()}
         picks = {
             "train": rng.permutation(rows["train"])[:n_train],
             "holdout": rng.permutation(rows["holdout"])[:n],
-            "contrast": rng.permutation(outside("train", True))[:n_contrast],
+            "contrast": rng.permutation(same_form["train"])[:n_contrast],
         }
-        near = rng.permutation(outside("holdout", True))[: n // 2]
-        picks["negative"] = np.concatenate([near, rng.permutation(outside("holdout", False))[: n - len(near)]])
+        near = rng.permutation(same_form["holdout"])[: n // 2]
+        picks["negative"] = np.concatenate([near, rng.permutation(outside["holdout"])[: n - len(near)]])
         examples += [(f["finding"], split, rank, int(r), 0.0, False) for split, picked in picks.items() for rank, r in enumerate(picked)]
     return examples
 
 
-def finding_examples(src: FeatureSource, paths: RunLayout, findings: list[dict], n: int, n_train: int, n_contrast: int) -> list[FeatureExamples]:
+def finding_examples(
+    src: FeatureSource, paths: RunLayout, findings: list[dict], n: int, n_train: int, n_contrast: int
+) -> list[FeatureExamples]:
     """What a judge (and an LLM labeler) reads about each finding, in FeatureExamples' shape with
     the finding's number as its id."""
     if not findings:
@@ -106,7 +112,9 @@ def finding_examples(src: FeatureSource, paths: RunLayout, findings: list[dict],
         by.setdefault((row["latent"], row["split"]), []).append(context_of(row, m.models))
     return [
         FeatureExamples(
-            latent=f["finding"], train=tuple(by.get((f["finding"], "train"), ())), holdout=tuple(by.get((f["finding"], "holdout"), ())),
+            latent=f["finding"],
+            train=tuple(by.get((f["finding"], "train"), ())),
+            holdout=tuple(by.get((f["finding"], "holdout"), ())),
             negative=tuple(by.get((f["finding"], "negative"), ())),
             comparisons=(Comparison(f["model_a"], f["model_b"], f["better_model"], f["holdout_median_dlogp"]),),
             contrast=tuple(by.get((f["finding"], "contrast"), ())),
@@ -140,8 +148,14 @@ def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) ->
         results = {e.latent: offline(e, cfg.seed, lc.fuzz_examples) for e in examples}
     rows = [
         {
-            "finding": f["finding"], "statement": r.label, "statement_source": r.source, "statement_reason": r.reason,
-            "detection": r.score, "detection_precision": r.precision, "detection_recall": r.recall, "fuzz_score": r.fuzz,
+            "finding": f["finding"],
+            "statement": r.label,
+            "statement_source": r.source,
+            "statement_reason": r.reason,
+            "detection": r.score,
+            "detection_precision": r.precision,
+            "detection_recall": r.recall,
+            "fuzz_score": r.fuzz,
         }
         for f in findings
         for r in [results[f["finding"]]]
@@ -157,10 +171,17 @@ def labeled_findings(paths: RunLayout) -> list[dict]:
     out = []
     for f in findings:
         label = labels.get(f["finding"])
-        extra = {k: label[k] for k in FINDING_LABEL_SCHEMA.names if k != "finding"} if label else {
-            "statement_source": "rule" if f.get("kind") == "rule" else "word set", "statement_reason": None,
-            "detection": None, "detection_precision": None, "detection_recall": None, "fuzz_score": None,
-        }
+        extra = (
+            {k: label[k] for k in FINDING_LABEL_SCHEMA.names if k != "finding"}
+            if label
+            else {
+                "statement_source": "rule" if f.get("kind") == "rule" else "word set",
+                "statement_reason": None,
+                "detection": None,
+                "detection_precision": None,
+                "detection_recall": None,
+                "fuzz_score": None,
+            }
+        )
         out.append({**f, **extra, "statement": (label or {}).get("statement") or f.get("statement") or f.get("rule")})
     return out
-

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
+from bbox_sae.corpus.words import split_words
+from bbox_sae.features.rules import Rule, describe_rules, normalize_form, word_attributes
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
-from bbox_sae.features.rules import Rule, describe_rules, normalize_form, word_attributes
-from bbox_sae.corpus.words import split_words
 
 _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a description
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...
@@ -27,18 +27,35 @@ _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
 # bbox_sae/stages.py, so that runs labeled before are labeled again.
 
 _PUNCT_NAMES = {
-    ",": "comma", ".": "period", "!": "exclamation mark", "?": "question mark", ";": "semicolon",
-    ":": "colon", '"': "double quote", "'": "apostrophe", "(": "opening parenthesis",
-    ")": "closing parenthesis", "-": "hyphen", "—": "em dash", "–": "en dash", "...": "ellipsis",
+    ",": "comma",
+    ".": "period",
+    "!": "exclamation mark",
+    "?": "question mark",
+    ";": "semicolon",
+    ":": "colon",
+    '"': "double quote",
+    "'": "apostrophe",
+    "(": "opening parenthesis",
+    ")": "closing parenthesis",
+    "-": "hyphen",
+    "—": "em dash",
+    "–": "en dash",
+    "...": "ellipsis",
 }
 _FORM_NAMES = {"\n": "newlines", " ": "runs of spaces"}
 _CLASS_PLURAL = {
-    "newline": "newlines", "space": "runs of spaces", "number": "numbers",
-    "punctuation": "punctuation", "capitalised": "capitalised words",
+    "newline": "newlines",
+    "space": "runs of spaces",
+    "number": "numbers",
+    "punctuation": "punctuation",
+    "capitalised": "capitalised words",
 }
 _CLASS_SINGULAR = {
-    "newline": "a newline", "space": "a run of spaces", "number": "a number",
-    "punctuation": "punctuation", "capitalised": "a capitalised word",
+    "newline": "a newline",
+    "space": "a run of spaces",
+    "number": "a number",
+    "punctuation": "punctuation",
+    "capitalised": "a capitalised word",
 }
 
 
@@ -165,7 +182,9 @@ def rule_matches(rule: HeuristicRule, ctx: Context) -> bool:
         return False
     if not rule.forms and char_class(ctx.word) != rule.word_class:
         return False
-    return all(_cue_matches(cue, text, side) for cue, text, side in ((rule.left, ctx.left, "left"), (rule.right, ctx.right, "right")) if cue)
+    return all(
+        _cue_matches(cue, text, side) for cue, text, side in ((rule.left, ctx.left, "left"), (rule.right, ctx.right, "right")) if cue
+    )
 
 
 def context_matches(rule: Rule, ctx: Context) -> bool:
@@ -175,7 +194,9 @@ def context_matches(rule: Rule, ctx: Context) -> bool:
     return bool(rule.mask(attrs)[-1])
 
 
-def judged(label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int) -> LabelResult:
+def judged(
+    label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int
+) -> LabelResult:
     """A label whose own rule is the judge: detection on the validation set, fuzzing on moved marks."""
     examples, truth = validation_set(feature, seed)
     scores = detection_scores(truth, [fits(c) for c in examples])
@@ -199,6 +220,7 @@ def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> Lab
     if not feature.train:
         return LabelResult(None, "unlabeled", reason="no train contexts")
     if feature.rules:
+
         def by_rule(c: Context) -> bool:
             return any(context_matches(r, c) for r in feature.rules)
 
@@ -210,6 +232,7 @@ def heuristic_label(feature: FeatureExamples, seed: int, n_fuzz: int = 0) -> Lab
             label += "; the latent also fires on " + ", ".join(_describe_beyond(r, feature.rules) for r in feature.broader)
         return judged(label, "rule", not feature.broader, fits, feature, seed, n_fuzz)
     if feature.word_sets:
+
         def in_a_set(c: Context) -> bool:
             left = split_words(c.left)
             return any(ws.matches(left, c.word) for ws in feature.word_sets)

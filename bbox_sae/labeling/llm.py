@@ -9,9 +9,9 @@ import asyncio
 import logging
 import os
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from bbox_sae.config import LabelConfig
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
@@ -90,7 +90,11 @@ async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int, offl
 
 
 async def label_with_llm(
-    features: Sequence[FeatureExamples], cfg: LabelConfig, cache_dir: Path, seed: int, offline_label: OfflineLabeler = heuristic_label,
+    features: Sequence[FeatureExamples],
+    cfg: LabelConfig,
+    cache_dir: Path,
+    seed: int,
+    offline_label: OfflineLabeler = heuristic_label,
     stats: Stats | None = None,
 ) -> tuple[dict[int, LabelResult], Stats]:
     """LLM labels, each kept only where it detects at least as well as `offline_label`'s (a

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from string import Template
-from typing import Sequence
 
 from bbox_sae.labeling.records import Comparison, Context, FeatureExamples
 from bbox_sae.retry import MalformedReply
@@ -52,8 +52,7 @@ def comparison_line(c: Comparison) -> str:
         return f"- {c.model_a} and {c.model_b} predict these words equally well."
     worse = c.model_b if c.better_model == c.model_a else c.model_a
     return (
-        f"- {c.better_model} predicts these words better than {worse} "
-        f"(median log-probability difference {abs(c.median_dlogp):.2f} nats)."
+        f"- {c.better_model} predicts these words better than {worse} (median log-probability difference {abs(c.median_dlogp):.2f} nats)."
     )
 
 
@@ -72,7 +71,10 @@ def label_messages(feature: FeatureExamples, hint: str | None = None) -> list[di
     if hint:
         blocks.append(prompt("hint").substitute(rule=hint))
     user = prompt("label").substitute(
-        comparisons=comparisons, examples_note=prompt("examples_note").template, examples=examples, extra="".join(f"\n{b}\n" for b in blocks)
+        comparisons=comparisons,
+        examples_note=prompt("examples_note").template,
+        examples=examples,
+        extra="".join(f"\n{b}\n" for b in blocks),
     )
     return _messages(user)
 

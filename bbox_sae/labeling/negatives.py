@@ -15,8 +15,8 @@ import pyarrow as pa
 import torch
 
 from bbox_sae.features import Encoder, FeatureSource, contexts_table, encode_rows
-from bbox_sae.labeling.records import train_top_contexts
 from bbox_sae.features.rules import normalize_form
+from bbox_sae.labeling.records import train_top_contexts
 
 
 def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
@@ -32,7 +32,7 @@ def latent_forms(contexts: pa.Table, latents: list[int]) -> dict[int, set[str]]:
 def finding_members(findings: pa.Table | None, latents: list[int]) -> dict[int, list[int]]:
     """Each latent with the members of every finding it belongs to (itself alone when in none)."""
     members = {latent: {latent} for latent in latents}
-    for group in (findings["latents"].to_pylist() if findings is not None else []):
+    for group in findings["latents"].to_pylist() if findings is not None else []:
         ids = [int(x) for x in group.split(",") if x]
         for latent in ids:
             if latent in members:
@@ -41,8 +41,16 @@ def finding_members(findings: pa.Table | None, latents: list[int]) -> dict[int, 
 
 
 def negative_rows(
-    encode: Encoder, matrix: np.ndarray, forms_of: dict[int, set[str]], pool: np.ndarray, pool_forms: np.ndarray, n: int, seed: int, chunk_rows: int,
-    same_only: bool = False, members_of: dict[int, list[int]] | None = None,
+    encode: Encoder,
+    matrix: np.ndarray,
+    forms_of: dict[int, set[str]],
+    pool: np.ndarray,
+    pool_forms: np.ndarray,
+    n: int,
+    seed: int,
+    chunk_rows: int,
+    same_only: bool = False,
+    members_of: dict[int, list[int]] | None = None,
 ) -> dict[int, np.ndarray]:
     """Per latent: up to `n` rows of `pool` (sorted) where it (and every latent in `members_of[latent]`)
     is inactive, half with its forms and half random, or (`same_only`) all with its forms."""
@@ -72,14 +80,19 @@ def negative_rows(
     return out
 
 
-def draw_negatives(src: FeatureSource, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None) -> pa.Table:
+def draw_negatives(
+    src: FeatureSource, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None
+) -> pa.Table:
     """contexts.parquet-shaped rows (split `negative`, and `contrast` when `contrast` > 0) for the
     latents in `forms_of`, encoded by the features stage's encoder (`src`); `members_of`
     (`finding_members`) widens "inactive" to a latent's whole findings."""
     cfg, m = src.cfg, src.matrix
     examples = []
     if forms_of:
-        draws = [("negative", "holdout", cfg.label.validation_examples, cfg.seed, False), ("contrast", "train", contrast, cfg.seed + 1, True)]
+        draws = [
+            ("negative", "holdout", cfg.label.validation_examples, cfg.seed, False),
+            ("contrast", "train", contrast, cfg.seed + 1, True),
+        ]
         for split, pool_split, n, seed, same_only in draws:
             pool = m.rows_by_split[pool_split]
             if not (n and len(pool)):

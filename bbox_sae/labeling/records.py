@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bbox_sae.layout import logprob_column
-from bbox_sae.features.word_sets import WordSet
 from bbox_sae.features.rules import Rule, rules_from_json
+from bbox_sae.features.word_sets import WordSet
+from bbox_sae.layout import logprob_column
 
 FEATURE_COLUMNS = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp"]
 CONTEXT_COLUMNS = ["latent", "split", "rank", "left", "word", "right"]
@@ -109,8 +109,14 @@ def context_of(row: dict, models: Sequence[str]) -> Context:
 
 
 def feature_examples(
-    features: pa.Table, contexts: pa.Table, latents: Sequence[int], n_train: int, n_validation: int,
-    rules: dict[int, list[Rule]] | None = None, n_contrast: int = 0, broader: dict[int, tuple[Rule, ...]] | None = None,
+    features: pa.Table,
+    contexts: pa.Table,
+    latents: Sequence[int],
+    n_train: int,
+    n_validation: int,
+    rules: dict[int, list[Rule]] | None = None,
+    n_contrast: int = 0,
+    broader: dict[int, tuple[Rule, ...]] | None = None,
     word_sets: dict[int, list[WordSet]] | None = None,
 ) -> list[FeatureExamples]:
     """Group the contexts (rank order, capped per split) and the pair comparisons of each latent,

@@ -8,12 +8,12 @@ same kind of excerpts with the mark moved to a wrong word? Both are balanced acc
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from bbox_sae.labeling.records import Context, FeatureExamples
-from bbox_sae.features.rules import normalize_form
 from bbox_sae.corpus.words import split_words
+from bbox_sae.features.rules import normalize_form
+from bbox_sae.labeling.records import Context, FeatureExamples
 
 
 @dataclass(frozen=True)

@@ -94,5 +94,7 @@ def _report_failed_labels(base_url: str | None, stats: Stats, n_labels: int, lab
         )
     log.warning(
         "label: %d of %d LLM label request(s) failed: %s; those keep their offline label; `bbox label` asks again",
-        stats.labels_failed, n_labels, why,
+        stats.labels_failed,
+        n_labels,
+        why,
     )

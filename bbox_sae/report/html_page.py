@@ -112,23 +112,27 @@ def build_html(cfg: Config, inputs: ReportInputs) -> tuple[str, int]:
     scores = [[c, SCORE_TITLES[c]] for c in ["label_score", *inputs.score_columns]]
     data = {"models": inputs.models, "domains": domains, "scores": scores, "features": views}
     root = inputs.paths.root
-    page = _templates().get_template("page.html").render(
-        run_name=cfg.out.name,
-        # Trusted as they are: our own CSS and JS, and JSON that cannot end its <script> element.
-        css=SafeMarkup(asset("report.css")),
-        js=SafeMarkup(asset("report.js")),
-        data=SafeMarkup(for_script(data)),
-        columns=table_columns(inputs.score_columns),
-        numeric_formats=NUMERIC_FORMATS,
-        models=inputs.models,
-        stats=inputs.stats,
-        pairs=[f"{a} vs {b}" for a, b in inputs.stats.get("pairs", [])],
-        domains=domain_rows(inputs.stats),
-        domains_open_max=DOMAINS_OPEN_MAX,
-        findings=inputs.findings,
-        sae_runs=[SaeRun(run, str(inputs.paths.sae_run(run).metrics.relative_to(root)), m) for run, m in inputs.sae_runs.items()],
-        n_features=len(inputs.features),
-        n_kept=sum(f["kept"] for f in inputs.features),
-        n_shown=len(shown),
+    page = (
+        _templates()
+        .get_template("page.html")
+        .render(
+            run_name=cfg.out.name,
+            # Trusted as they are: our own CSS and JS, and JSON that cannot end its <script> element.
+            css=SafeMarkup(asset("report.css")),
+            js=SafeMarkup(asset("report.js")),
+            data=SafeMarkup(for_script(data)),
+            columns=table_columns(inputs.score_columns),
+            numeric_formats=NUMERIC_FORMATS,
+            models=inputs.models,
+            stats=inputs.stats,
+            pairs=[f"{a} vs {b}" for a, b in inputs.stats.get("pairs", [])],
+            domains=domain_rows(inputs.stats),
+            domains_open_max=DOMAINS_OPEN_MAX,
+            findings=inputs.findings,
+            sae_runs=[SaeRun(run, str(inputs.paths.sae_run(run).metrics.relative_to(root)), m) for run, m in inputs.sae_runs.items()],
+            n_features=len(inputs.features),
+            n_kept=sum(f["kept"] for f in inputs.features),
+            n_shown=len(shown),
+        )
     )
     return page, len(shown)

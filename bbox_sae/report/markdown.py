@@ -45,10 +45,12 @@ def _md_pair(a: str, b: str, features: list[dict], limit: int) -> list[str]:
 def _md_findings(findings: list[dict]) -> list[str]:
     """Findings first: one row per difference, however many latents express it."""
     lines = [
-        "## Findings", "",
+        "## Findings",
+        "",
         f"{len(findings)} finding(s). Δ is the median over every held-out word the finding covers (its rule's words, or its "
         "latent group's word forms), with a bootstrap 95% CI; detection is how well the statement alone tells those words "
-        "from near misses, held out.", "",
+        "from near misses, held out.",
+        "",
     ]
     if findings:
         lines += [
@@ -75,7 +77,9 @@ def _md_domains(stats: dict) -> list[str]:
     lines = [
         "## Per domain",
         "",
-        "| domain | documents | words | " + " | ".join([*(f"perplexity {_md(m)}" for m in models), *(f"mean Δlog p {_md(p)}" for p in pairs)]) + " |",
+        "| domain | documents | words | "
+        + " | ".join([*(f"perplexity {_md(m)}" for m in models), *(f"mean Δlog p {_md(p)}" for p in pairs)])
+        + " |",
         "|---|---:|---:|" + "---:|" * (len(models) + len(pairs)),
     ]
     for name, s in domains.items():
@@ -108,5 +112,10 @@ def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
     for a, b in pairs:
         lines += _md_pair(a, b, inputs.features, cfg.report.markdown_features)
     if inputs.sae_runs:
-        lines += ["## SAE runs", "", *(f"- `{_md(run)}`: `{_md(inputs.paths.sae_run(run).metrics.relative_to(inputs.paths.root))}`" for run in inputs.sae_runs), ""]
+        lines += [
+            "## SAE runs",
+            "",
+            *(f"- `{_md(run)}`: `{_md(inputs.paths.sae_run(run).metrics.relative_to(inputs.paths.root))}`" for run in inputs.sae_runs),
+            "",
+        ]
     return "\n".join(lines)

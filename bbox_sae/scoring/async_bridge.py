@@ -4,7 +4,8 @@ them on a private event loop and hands their results back one by one, in order."
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Coroutine, Iterable, Iterator, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -8,8 +8,9 @@ Documents longer than the window are scored with sliding windows over the sequen
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import os
 import random
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import openai
@@ -66,7 +66,7 @@ class EndpointScorer:
         self.replicas = Replicas(model.endpoints, model.concurrency, model.backoff_base_s, model.backoff_max_s)
 
     @classmethod
-    def from_config(cls, model_cfg: ModelConfig, cfg: Config) -> "EndpointScorer":
+    def from_config(cls, model_cfg: ModelConfig, cfg: Config) -> EndpointScorer:
         from transformers import AutoTokenizer
 
         api_key = None
@@ -77,7 +77,9 @@ class EndpointScorer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer)
         except OSError as err:
-            raise ConfigError(f"model '{model_cfg.name}': cannot load tokenizer '{model_cfg.tokenizer}': {str(err).splitlines()[0]}") from None
+            raise ConfigError(
+                f"model '{model_cfg.name}': cannot load tokenizer '{model_cfg.tokenizer}': {str(err).splitlines()[0]}"
+            ) from None
         return cls(model_cfg, tokenizer, api_key=api_key, seed=cfg.seed)
 
     def score(self, documents: Iterable[tuple[str, str]]) -> Iterator[TokenScores]:
@@ -168,7 +170,12 @@ class EndpointScorer:
             self.retries += 1
             failure = classify(state.outcome.exception(), self.cfg.timeout_s)
             log.info(
-                "model '%s': document '%s': %s: %s; retrying in %.2f s", self.name, doc_id, replica.url, failure.description, state.upcoming_sleep
+                "model '%s': document '%s': %s: %s; retrying in %.2f s",
+                self.name,
+                doc_id,
+                replica.url,
+                failure.description,
+                state.upcoming_sleep,
             )
 
         attempts = retrying(self.cfg, self.rng, on_retry)

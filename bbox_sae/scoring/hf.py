@@ -18,8 +18,8 @@ as much as the head's matmul itself (benchmarks/bench_precision.py, variant `mix
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -124,8 +124,10 @@ class HFScorer:
             full = torch.log_softmax(self.model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
             ours = self._target_logprobs(self._body(input_ids=ids).last_hidden_state[0, :-1], ids[0, 1:])
         if not torch.allclose(full, ours, atol=1e-3, rtol=1e-3):
-            raise ScoringError(f"model '{self.name}': chunked log-softmax disagrees with the model's logits "
-                               f"(max diff {float((full - ours).abs().max()):.3g}); unsupported output head")
+            raise ScoringError(
+                f"model '{self.name}': chunked log-softmax disagrees with the model's logits "
+                f"(max diff {float((full - ours).abs().max()):.3g}); unsupported output head"
+            )
 
     def _cap(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.tanh(logits / self._softcap) * self._softcap if self._softcap else logits

@@ -20,15 +20,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from bbox_sae.scoring.align import align_logprobs
-from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
+from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig, key_settings
+from bbox_sae.corpus.documents import (
+    shard_key,
+    shard_ranges,
+)
 from bbox_sae.corpus.ingest import ingest
-from bbox_sae.corpus.documents import IngestStats, corpus_fingerprint, documents_table, load_documents, run_dirs, shard_key, shard_ranges, words_table
+from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import ArtifactError, ScoringError
 from bbox_sae.schemas import LOGPROB_SCHEMA
+from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.scoring.base import Scorer, ScoringStats
-from bbox_sae.corpus.words import word_spans
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +176,9 @@ def throughput_line(name: str, d: dict) -> str:
     )
 
 
-def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats) -> None:
+def _score_shards(
+    model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats
+) -> None:
     total_docs = sum(b - a for _, (a, b), _ in todo)
     with tqdm(total=total_docs, desc=f"score {model_cfg.name}", unit="doc", leave=False) as bar:
         for k, (a, b), key in todo:
@@ -224,7 +229,10 @@ def _null_nonfinite(name: str, src: Path, theirs: pa.Table) -> pa.Table:
     docs = sorted({d for d, f in zip(theirs["doc_id"].to_pylist(), fault) if f})
     log.warning(
         "model '%s': %d non-finite log-prob(s) (NaN/inf) in %s, in document(s) %s; those words are excluded",
-        name, int(fault.sum()), src, ", ".join(docs[:10]) + (f" and {len(docs) - 10} more" if len(docs) > 10 else ""),
+        name,
+        int(fault.sum()),
+        src,
+        ", ".join(docs[:10]) + (f" and {len(docs) - 10} more" if len(docs) > 10 else ""),
     )
     return theirs.set_column(2, LOGPROB_SCHEMA.field("logprob"), pa.array(np.where(finite, values, np.nan), pa.float64(), from_pandas=True))
 
@@ -247,9 +255,13 @@ def _user_files(src: Path) -> list[Path]:
     `_`-files, such as Spark's `_SUCCESS` or a temp file, left out)."""
     if not src.is_dir():
         return [src]
-    files = sorted(p for p in src.rglob("*.parquet") if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(src).parts))
+    files = sorted(
+        p for p in src.rglob("*.parquet") if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(src).parts)
+    )
     if not files:
-        raise ArtifactError(f"{src}: folder holds no .parquet files (models[].path of a `source: parquet` model: a Parquet file or a folder of them)")
+        raise ArtifactError(
+            f"{src}: folder holds no .parquet files (models[].path of a `source: parquet` model: a Parquet file or a folder of them)"
+        )
     return files
 
 

@@ -4,8 +4,8 @@ key, and save the inference model atomically."""
 from __future__ import annotations
 
 import errno
-import logging
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -87,7 +87,10 @@ def checkpoint_key(cfg: Config) -> str:
     if key is not None:
         return key
     paths = cfg.paths
-    build = {"build.json": sha256_file(paths.build_info), **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)}}
+    build = {
+        "build.json": sha256_file(paths.build_info),
+        **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)},
+    }
     return hashlib.sha256(json.dumps({"settings": stage.settings(cfg), "build": build}, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -100,11 +103,11 @@ def resume_point(paths: SaeRunLayout, resume: bool, key: str) -> Path | None:
     except OSError:
         written_under = None
     if resume and written_under != key and _latest_checkpoint(paths.checkpoints) is not None:
-        log.warning("%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name)
+        log.warning(
+            "%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name
+        )
     latest = _latest_checkpoint(paths.checkpoints) if resume and written_under == key else None
     if latest is None and paths.checkpoints.exists():
         shutil.rmtree(paths.checkpoints)
     atomic_write_text(paths.checkpoint_key, key + "\n")
     return latest
-
-

@@ -128,5 +128,3 @@ def activation_frequency(sae, matrix: np.ndarray, rows: np.ndarray, n: int = 200
     for _, x in matrix_chunks(matrix, pick, device=device):
         counts += (sae.encode(x) > 0).float().sum(0)
     return (counts / len(pick)).cpu().numpy()
-
-

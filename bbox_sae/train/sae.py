@@ -14,19 +14,27 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 
 from bbox_sae.artifacts import atomic_write_json, atomic_write_text
-from bbox_sae.config import Config, SAEConfig
 from bbox_sae.build.matrix import open_matrix
+from bbox_sae.config import Config, SAEConfig
 from bbox_sae.errors import ArtifactError, NumericalError
-from bbox_sae.train.checkpoints import SAVE_ERRORS, checkpoint_key, resume_point, save_failure, save_inference_model, withdraw_model
-from bbox_sae.train.model import activation_frequency, calibrate_batchtopk_threshold, evaluate, load_sae, load_training_sae, make_training_sae, sample_mean
 from bbox_sae.layout import SaeRunLayout, checkpoint_complete, logprob_column
+from bbox_sae.train.checkpoints import SAVE_ERRORS, checkpoint_key, resume_point, save_failure, save_inference_model, withdraw_model
+from bbox_sae.train.model import (
+    activation_frequency,
+    calibrate_batchtopk_threshold,
+    evaluate,
+    load_sae,
+    load_training_sae,
+    make_training_sae,
+    sample_mean,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +47,9 @@ class RowBatches:
     uninterrupted one.
     """
 
-    def __init__(self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0, weights: np.ndarray | None = None):
+    def __init__(
+        self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0, weights: np.ndarray | None = None
+    ):
         if len(rows) == 0:
             raise ArtifactError("no training rows (is every document in the holdout split?)")
         self.matrix = matrix
@@ -186,7 +196,9 @@ def _trainer_config(cfg: Config, total_steps: int, batch: int, device: str, chec
     )
 
 
-def _make_trainer(cfg: Config, sae, provider: RowBatches, total_steps: int, batch: int, device: str, paths: SaeRunLayout, latest: Path | None):
+def _make_trainer(
+    cfg: Config, sae, provider: RowBatches, total_steps: int, batch: int, device: str, paths: SaeRunLayout, latest: Path | None
+):
     """The guarded trainer, at `latest`'s step when resuming, checkpointing every `sae.checkpoint_every` steps."""
 
     def mark_complete(checkpoint_path: Path | None) -> None:
@@ -242,9 +254,7 @@ def _log_run(run, inference, matrix: np.ndarray, train_rows: np.ndarray, metrics
     metrics["wandb_run_id"] = run.id
 
 
-def train_sae(
-    cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None
-) -> dict:
+def train_sae(cfg: Config, run_dir: Path, resume: bool = False, wandb_group: str | None = None, resume_key: str | None = None) -> dict:
     """Train one SAE into `run_dir`.
 
     `resume` continues from the last checkpoint, but only from checkpoints written under the same
@@ -332,4 +342,3 @@ def run_train(cfg: Config, resume: bool = False, wandb_group: str | None = None,
         f"L0 {metrics['holdout'].get('mean_l0', float('nan')):.1f} (k {metrics['k']}), dead {metrics['holdout'].get('dead_fraction', float('nan')):.2%}"
     )
     return metrics
-
