@@ -138,10 +138,7 @@ class ShardedTable:
     def write(self, index: int, table: pa.Table, key: str | None = None) -> None:
         data = table_bytes(table)
         atomic_write_bytes(self.shard_path(index), data)
-        atomic_write_json(
-            self._sidecar(index),
-            {"sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows, "bytes": len(data), "key": key},
-        )
+        atomic_write_json(self._sidecar(index), {"sha256": hashlib.sha256(data).hexdigest(), "rows": table.num_rows, "bytes": len(data), "key": key})
 
     def recorded_checksums(self) -> dict[int, str | None]:
         """Each finished shard's SHA-256 as its sidecar records it (None when the sidecar is unreadable)."""

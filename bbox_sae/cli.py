@@ -14,18 +14,9 @@ from bbox_sae.stages import STAGE_NAMES, STAGES
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--config", "-c", required=True, help="YAML config (see configs/); relative paths in it resolve against the working directory"
-    )
+    p.add_argument("--config", "-c", required=True, help="YAML config (see configs/); relative paths in it resolve against the working directory")
     p.add_argument("--output-dir", "-o", default=None, help="overrides the config's output_dir")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field, e.g. sae.k=32 (repeatable)",
-    )
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. sae.k=32 (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,9 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", default=None, help="i/n: score a deterministic 1/n of the documents")
     p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
     stage_parsers["train"].add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    stage_parsers["features"].add_argument(
-        "--baseline", choices=["random", "kmeans"], default=None, help="extract from a baseline instead of the trained SAE"
-    )
+    stage_parsers["features"].add_argument("--baseline", choices=["random", "kmeans"], default=None, help="extract from a baseline instead of the trained SAE")
 
     p = sub.add_parser("merge", help="check that all scoring shards are complete and intact")
     _common(p)

@@ -190,9 +190,7 @@ def load_causal_lm(location: str, device: torch.device, dtype: torch.dtype):
 def encoder_location(model: str, package: str | None) -> str:
     if package:
         root = package_dir(package)
-        candidates = [
-            p.parent for p in root.rglob("config.json") if (p.parent / "tokenizer.json").exists() or (p.parent / "vocab.txt").exists()
-        ]
+        candidates = [p.parent for p in root.rglob("config.json") if (p.parent / "tokenizer.json").exists() or (p.parent / "vocab.txt").exists()]
         if not candidates:
             raise ConfigError(f"package '{package}' ships no model dir (config.json + tokenizer)")
         return str(sorted(candidates, key=lambda p: len(p.parts))[0])

@@ -83,12 +83,7 @@ def _write_holder(fd: int, path: Path) -> None:
     os.fsync(fd)
 
 
-def run_all(
-    cfg: Config,
-    force: list[str] | None = None,
-    on_stage: Callable[[str, str], None] | None = None,
-    until: str | None = None,
-) -> dict:
+def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str, str], None] | None = None, until: str | None = None) -> dict:
     from rich.console import Console
 
     console = Console(stderr=True)

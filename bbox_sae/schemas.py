@@ -121,55 +121,24 @@ FEATURE_SCHEMA = pa.schema(
 # rules.parquet: one row per tested candidate finding, a rule or a latent's word set (`kind`)
 TESTED_RULE_SCHEMA = pa.schema(
     [
-        ("model_a", pa.string()),
-        ("model_b", pa.string()),
-        ("better_model", pa.string()),
-        ("kind", pa.string()),
-        ("rule", pa.string()),
-        ("rule_json", pa.string()),
-        ("statement", pa.string()),
-        ("latents", pa.string()),
-        ("n_train", pa.int32()),
-        ("median_dlogp", pa.float64()),
-        ("holdout_n", pa.int32()),
-        ("holdout_median_dlogp", pa.float64()),
-        ("holdout_median_dp", pa.float64()),
-        ("holdout_p_value", pa.float64()),
-        ("q_value", pa.float64()),
-        ("passed", pa.bool_()),
+        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("kind", pa.string()), ("rule", pa.string()),
+        ("rule_json", pa.string()), ("statement", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
+        ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
+        ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
     ]
 )
 
 # findings.parquet: one row per finding
 FINDING_SCHEMA = pa.schema(
     [
-        ("finding", pa.int32()),
-        ("model_a", pa.string()),
-        ("model_b", pa.string()),
-        ("better_model", pa.string()),
-        ("latents", pa.string()),
-        ("n_latents", pa.int32()),
-        ("n_top", pa.int32()),
-        ("holdout_n", pa.int32()),
-        ("median_dlogp", pa.float64()),
-        ("mean_dlogp", pa.float64()),
-        ("median_dp", pa.float64()),
-        ("ci_low", pa.float64()),
-        ("ci_high", pa.float64()),
-        ("consistency", pa.float64()),
-        ("holdout_median_dlogp", pa.float64()),
-        ("holdout_ci_low", pa.float64()),
-        ("holdout_ci_high", pa.float64()),
-        ("holdout_p_value", pa.float64()),
-        ("rule", pa.string()),
-        ("rule_json", pa.string()),
-        ("rule_precision", pa.float64()),
-        ("rule_recall", pa.float64()),
-        ("rule_f1", pa.float64()),
-        ("top_words", pa.string()),
-        ("kind", pa.string()),
-        ("statement", pa.string()),
-        ("word_set_json", pa.string()),
+        ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
+        ("latents", pa.string()), ("n_latents", pa.int32()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
+        ("median_dlogp", pa.float64()), ("mean_dlogp", pa.float64()), ("median_dp", pa.float64()),
+        ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("consistency", pa.float64()),
+        ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
+        ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
+        ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
+        ("kind", pa.string()), ("statement", pa.string()), ("word_set_json", pa.string()),
     ]
 )
 

@@ -290,20 +290,11 @@ def withdraw(cfg: Config, name: str) -> None:
 
 def record(cfg: Config, stage: Stage, key: str, seconds: float, result) -> None:
     outputs = describe_outputs(cfg, stage.outputs(cfg))
-    digest = hashlib.sha256(
-        json.dumps({k: v.get("sha256") or v.get("shards") for k, v in outputs.items()}, sort_keys=True).encode()
-    ).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps({k: v.get("sha256") or v.get("shards") for k, v in outputs.items()}, sort_keys=True).encode()).hexdigest()[:16]
     write_entry(
         cfg,
         stage.name,
-        {
-            "key": key,
-            "digest": digest,
-            "outputs": outputs,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "seconds": round(seconds, 2),
-            "result": result,
-        },
+        {"key": key, "digest": digest, "outputs": outputs, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(seconds, 2), "result": result},
     )
 
 
@@ -314,9 +305,7 @@ def require_current_inputs(stage: Stage, cfg: Config) -> None:
         why = staleness(BY_NAME[dep], cfg, manifest)
         if why is not None:
             names = ", ".join(str(p.relative_to(cfg.out)) for p in BY_NAME[dep].outputs(cfg))
-            raise ArtifactError(
-                f"{cfg.out}: '{stage.name}' reads {names} from stage '{dep}', which {why}; run `bbox {dep}` (or `bbox run`) first"
-            )
+            raise ArtifactError(f"{cfg.out}: '{stage.name}' reads {names} from stage '{dep}', which {why}; run `bbox {dep}` (or `bbox run`) first")
 
 
 def writes_nothing(stage: Stage, cfg: Config) -> bool:

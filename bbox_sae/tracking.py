@@ -18,9 +18,7 @@ def run_id(cfg: Config, job: str) -> str:
 
 
 @contextmanager
-def wandb_run(
-    cfg: Config, job: str, config: dict | None = None, group: str | None = None, name: str | None = None
-) -> Iterator[object | None]:
+def wandb_run(cfg: Config, job: str, config: dict | None = None, group: str | None = None, name: str | None = None) -> Iterator[object | None]:
     """Yield a wandb run (or None when `wandb.mode` is disabled)."""
     if cfg.wandb.mode == "disabled":
         yield None

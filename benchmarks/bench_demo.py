@@ -39,9 +39,7 @@ def stage_rates(name: str, result) -> str:
         return ""
     if name == "score":
         return ", ".join(
-            f"{m}: {r.get('tokens', 0)} tok, {r.get('tokens_per_s', 0):.0f} tok/s"
-            for m, r in result.items()
-            if isinstance(r, dict) and r.get("tokens")
+            f"{m}: {r.get('tokens', 0)} tok, {r.get('tokens_per_s', 0):.0f} tok/s" for m, r in result.items() if isinstance(r, dict) and r.get("tokens")
         )
     if name == "embed" and result.get("words"):
         return f"{result['words']} words, {result.get('words_per_s', 0):.0f} words/s"
@@ -64,14 +62,7 @@ def from_manifest(path: Path) -> dict:
         if entry is None:
             stages.append({"stage": name, "seconds": None})
             continue
-        stages.append(
-            {
-                "stage": name,
-                "seconds": entry.get("seconds"),
-                "finished": entry.get("finished"),
-                "rates": stage_rates(name, entry.get("result")),
-            }
-        )
+        stages.append({"stage": name, "seconds": entry.get("seconds"), "finished": entry.get("finished"), "rates": stage_rates(name, entry.get("result"))})
     return {"available": True, "manifest": str(path), "stages": stages, "total_s": round(sum(s["seconds"] or 0 for s in stages), 2)}
 
 
@@ -164,13 +155,7 @@ def main(argv=None) -> int:
             f"Demo stages from {args.manifest} (bbox run)",
             ["stage", "seconds", "share", "finished", "throughput"],
             [
-                [
-                    s["stage"],
-                    s["seconds"],
-                    f"{100 * (s['seconds'] or 0) / max(manifest['total_s'], 1e-9):.0f}%",
-                    s.get("finished"),
-                    s.get("rates", ""),
-                ]
+                [s["stage"], s["seconds"], f"{100 * (s['seconds'] or 0) / max(manifest['total_s'], 1e-9):.0f}%", s.get("finished"), s.get("rates", "")]
                 for s in manifest["stages"]
             ]
             + [["total", manifest["total_s"], "100%", "", ""]],
@@ -191,10 +176,7 @@ def main(argv=None) -> int:
         print_table(
             f"Demo stages, each under /usr/bin/time -v ({args.config} → {args.output_dir})",
             ["stage", "wall s", "CPU %", "peak RSS MiB", "manifest s"],
-            [
-                [s["stage"], s["wall_s"], s["cpu_percent"], s["peak_rss_mb"], by_stage.get(s["stage"], {}).get("seconds")]
-                for s in run["stages"]
-            ]
+            [[s["stage"], s["wall_s"], s["cpu_percent"], s["peak_rss_mb"], by_stage.get(s["stage"], {}).get("seconds")] for s in run["stages"]]
             + [["total", run["total_s"], None, run["max_peak_rss_mb"], manifest.get("total_s")]],
             note="wall s includes each CLI's start-up (imports, config, model load); manifest s is the in-process stage time of `bbox run`.",
         )

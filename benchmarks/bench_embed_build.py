@@ -73,12 +73,7 @@ def bench_embed(cfg, n_docs: int, device: str, repeats: int) -> dict:
         "words": words,
         "encoder_windows_tokens": {"window": embedder.window, "stride": embedder.stride},
         "load_s": round(load_s, 2),
-        "baseline": {
-            "batch_size": 1,
-            "seconds": round(base_s, 3),
-            "words_per_s": round(words / base_s, 1),
-            "all_seconds": [round(t, 3) for t in base_times],
-        },
+        "baseline": {"batch_size": 1, "seconds": round(base_s, 3), "words_per_s": round(words / base_s, 1), "all_seconds": [round(t, 3) for t in base_times]},
         "ours": {
             "batch_size": batch_size,
             "seconds": round(ours_s, 3),
@@ -262,8 +257,7 @@ def main(argv=None) -> int:
             ["baseline (in-memory)", build["baseline"]["seconds"], build["baseline"]["rows_per_s"], 1.0],
             ["ours (run_build, streamed)", build["ours"]["seconds"], build["ours"]["rows_per_s"], build["speedup"]],
         ],
-        note="run_build verifies every shard's checksum and streams two passes in chunk_rows pieces (memory bounded); "
-        "the baseline holds everything in memory.",
+        note="run_build verifies every shard's checksum and streams two passes in chunk_rows pieces (memory bounded); the baseline holds everything in memory.",
     )
     write_results(
         args,

@@ -85,9 +85,7 @@ def build(variant: str, model, tokenizer, mcfg):
     from bbox_sae.scoring.hf import HFScorer
     from bbox_sae.scoring.precision import use_bf16_matmuls
 
-    kw = dict(
-        start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride, batch_size=mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk
-    )
+    kw = dict(start_token=mcfg.start_token, window=mcfg.window, stride=mcfg.stride, batch_size=mcfg.batch_size, logprob_chunk=mcfg.logprob_chunk)
     if variant == "fp32":
         return HFScorer(mcfg.name, model, tokenizer, **kw)
     if variant == "fp32-batch1":

@@ -59,12 +59,7 @@ def write_matrix(out: Path, rows: int, d_in: int, seed: int = 0, n_dirs: int = 2
     split = np.where(rng.random(rows) < 0.2, "holdout", "train")
     pq.write_table(
         pa.table(
-            {
-                "row": np.arange(rows),
-                "doc_id": [f"d{i // 200}" for i in range(rows)],
-                "word_idx": (np.arange(rows) % 200).astype(np.int32),
-                "split": split,
-            }
+            {"row": np.arange(rows), "doc_id": [f"d{i // 200}" for i in range(rows)], "word_idx": (np.arange(rows) % 200).astype(np.int32), "split": split}
         ),
         paths.index,
     )
@@ -145,12 +140,7 @@ def run_plain(matrix, train_rows, d_sae: int, k: int, args) -> dict:
     w_dec = 0.1 * w_dec / w_dec.norm(dim=1, keepdim=True)
     pick = np.sort(np.random.default_rng(0).choice(train_rows, size=min(65536, len(train_rows)), replace=False))
     mean = torch.from_numpy(np.asarray(matrix[pick], dtype=np.float64).mean(0)).float()
-    params = {
-        "W_enc": w_dec.T.clone(),
-        "b_enc": torch.zeros(d_sae),
-        "W_dec": w_dec,
-        "b_dec": mean,
-    }
+    params = {"W_enc": w_dec.T.clone(), "b_enc": torch.zeros(d_sae), "W_dec": w_dec, "b_dec": mean}
     params = {n: p.to(device=device, dtype=dtype).requires_grad_(True) for n, p in params.items()}
     opt = torch.optim.Adam(params.values(), lr=args.lr)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.autocast)
@@ -207,9 +197,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--rows", type=int, default=65536, help="rows of the synthetic matrix (80%% train)")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument(
-        "--architectures", default="topk,batchtopk", help="ours, comma-separated (topk, batchtopk: the demo's); the plain loop is TopK"
-    )
+    p.add_argument("--architectures", default="topk,batchtopk", help="ours, comma-separated (topk, batchtopk: the demo's); the plain loop is TopK")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="parameter dtype (both)")
     p.add_argument("--autocast", action="store_true", help="bf16 autocast in both (sae-lens SAETrainerConfig.autocast)")
     p.add_argument("--wandb", choices=["disabled", "offline"], default="disabled", help="ours: W&B logging as the demo does (offline)")
@@ -268,18 +256,7 @@ def main(argv=None) -> int:
             m = r[which]
             label = "plain PyTorch TopK" if which == "plain" else f"ours (sae-lens {which[5:]})"
             ratio = 1.0 if which == "plain" else r[f"ratio_{which}_over_plain"]
-            rows.append(
-                [
-                    f"{r['d_sae']} / k {r['k']}",
-                    label,
-                    m["steps"],
-                    m["train_s"],
-                    m["rows_per_s"],
-                    ratio,
-                    m["explained_variance"],
-                    m["mean_l0"],
-                ]
-            )
+            rows.append([f"{r['d_sae']} / k {r['k']}", label, m["steps"], m["train_s"], m["rows_per_s"], ratio, m["explained_variance"], m["mean_l0"]])
     print_table(
         f"SAE training: d_in {args.d_in}, batch {args.batch_size}, {args.rows} rows, {args.device} ({threads} threads), {precision}",
         ["d_sae / k", "method", "steps", "train s", "rows/s", "× plain", "EV (train sample)", "L0"],

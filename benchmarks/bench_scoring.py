@@ -280,20 +280,7 @@ def main(argv=None) -> int:
             }
     print_table(
         f"Scoring ({args.docs} demo documents, best of {args.repeats} passes, {threads} threads, {args.device}, {args.dtype})",
-        [
-            "model",
-            "method",
-            "batch",
-            "tokens",
-            "load s",
-            "score s",
-            "tokens/s",
-            "× naive",
-            "matmul GFLOP/s",
-            "floor s",
-            "of floor",
-            "peak RSS MiB",
-        ],
+        ["model", "method", "batch", "tokens", "load s", "score s", "tokens/s", "× naive", "matmul GFLOP/s", "floor s", "of floor", "peak RSS MiB"],
         rows,
         note="load s: naive converts the GGUF on every load; ours reads the converted cache. tokens/s exclude load. "
         "floor = 2·params·tokens / matmul FLOP/s (the better of two measurements in the same worker, before and after scoring).",
@@ -310,14 +297,7 @@ def main(argv=None) -> int:
             "benchmark": NAME,
             "quick": args.quick,
             "environment": environment(threads, args.device),
-            "settings": {
-                "config": str(args.config),
-                "docs": args.docs,
-                "repeats": args.repeats,
-                "dtype": args.dtype,
-                "models": models,
-                "methods": methods,
-            },
+            "settings": {"config": str(args.config), "docs": args.docs, "repeats": args.repeats, "dtype": args.dtype, "models": models, "methods": methods},
             "results": results,
             "ratios": ratios,
             "load_before": before,

@@ -64,9 +64,7 @@ def rescore(setup: str, variant: str) -> dict:
     else:
         findings = read_table(paths.findings).to_pylist()
         row = {**row, **coherence_summary(labeled_features(paths), read_table(paths.findings))}
-        row["examples"] = [
-            {k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings
-        ]
+        row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
         if row.get("stability"):
             row["stability"] = {**stability([out, *sorted(out.glob("seed[0-9]*"))]), "runs": row["stability"]["runs"]}
     path.write_text(json.dumps(row, indent=1, default=str))
@@ -104,9 +102,7 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
                 dirs.append(seed_cfg.out)
             row["stability"] = {**stability(dirs), "runs": stability_seeds}
         findings = read_table(paths.findings).to_pylist()
-        row["examples"] = [
-            {k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings
-        ]
+        row["examples"] = [{k: f[k] for k in ("finding", "better_model", "holdout_median_dlogp", "rule", "rule_f1", "top_words")} for f in findings]
     row.update(setup=setup, variant=variant, overrides=overrides[: len(overrides) - (1 if rules else 0)], null_seeds=null_seeds)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{setup}__{variant}.json").write_text(json.dumps(row, indent=1, default=str))
@@ -116,9 +112,7 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
 def command(row: dict) -> str:
     sets = " ".join(f"--set {shlex.quote(o)}" for o in row["overrides"])
     nulls = (
-        f" --null-seeds {row['null_seeds']}"
-        if row["setup"] != "demo"
-        else (f" --stability-seeds {row['stability']['runs']}" if row.get("stability") else "")
+        f" --null-seeds {row['null_seeds']}" if row["setup"] != "demo" else (f" --stability-seeds {row['stability']['runs']}" if row.get("stability") else "")
     )
     return f"`python benchmarks/coherence_experiments.py {row['setup']} {row['variant']} {sets}{nulls}`".replace("  ", " ")
 
@@ -160,12 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument("variant", nargs="?")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--null-seeds", type=int, default=3)
-    parser.add_argument(
-        "--rescore", action="store_true", help="reuse the variant's trained SAEs: re-run features, label and the evaluation"
-    )
-    parser.add_argument(
-        "--stability-seeds", type=int, default=1, help="demo: also train SAEs with seeds 1..N-1 and measure how many findings reappear"
-    )
+    parser.add_argument("--rescore", action="store_true", help="reuse the variant's trained SAEs: re-run features, label and the evaluation")
+    parser.add_argument("--stability-seeds", type=int, default=1, help="demo: also train SAEs with seeds 1..N-1 and measure how many findings reappear")
     args = parser.parse_args(argv)
     if args.setup == "table":
         print(table())

@@ -33,12 +33,8 @@ def _probe(context: np.ndarray, positives: np.ndarray, train: np.ndarray, seed: 
     negatives = np.setdiff1d(train, positives, assume_unique=True)
     negatives = rng.choice(negatives, size=min(len(negatives), 20000), replace=False)
     rows = np.sort(np.concatenate([positives, negatives]))
-    model = LogisticRegression(C=1.0, class_weight="balanced", max_iter=500).fit(
-        np.asarray(context[rows], dtype=np.float32), np.isin(rows, positives)
-    )
-    scores = np.concatenate(
-        [model.decision_function(np.asarray(context[s : s + 65536], dtype=np.float32)) for s in range(0, len(context), 65536)]
-    )
+    model = LogisticRegression(C=1.0, class_weight="balanced", max_iter=500).fit(np.asarray(context[rows], dtype=np.float32), np.isin(rows, positives))
+    scores = np.concatenate([model.decision_function(np.asarray(context[s : s + 65536], dtype=np.float32)) for s in range(0, len(context), 65536)])
     order = np.argsort(-scores[train])
     hits = np.cumsum(np.isin(train[order], positives))
     f1 = 2 * hits / (np.arange(1, len(order) + 1) + len(positives))

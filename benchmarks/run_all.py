@@ -89,14 +89,7 @@ def summary_rows(args) -> list[list]:
             ]
         )
         rows.append(
-            [
-                "build",
-                "rows/s",
-                b["baseline"]["rows_per_s"],
-                b["ours"]["rows_per_s"],
-                b["speedup"],
-                f"{b['rows']} rows; baseline in-memory, ours streamed",
-            ]
+            ["build", "rows/s", b["baseline"]["rows_per_s"], b["ours"]["rows_per_s"], b["speedup"], f"{b['rows']} rows; baseline in-memory, ours streamed"]
         )
     sa = load(args, "sae")
     if sa:
@@ -117,16 +110,7 @@ def summary_rows(args) -> list[list]:
     if dm and dm.get("manifest", {}).get("available"):
         st = [s for s in dm["manifest"]["stages"] if s.get("seconds")]
         slow = max(st, key=lambda s: s["seconds"]) if st else None
-        rows.append(
-            [
-                "demo (manifest)",
-                "total s",
-                None,
-                dm["manifest"]["total_s"],
-                None,
-                f"slowest: {slow['stage']} {slow['seconds']} s" if slow else "",
-            ]
-        )
+        rows.append(["demo (manifest)", "total s", None, dm["manifest"]["total_s"], None, f"slowest: {slow['stage']} {slow['seconds']} s" if slow else ""])
     if dm and dm.get("run"):
         rows.append(["demo (--run)", "total s", None, dm["run"]["total_s"], None, f"max peak RSS {dm['run']['max_peak_rss_mb']} MiB"])
     return rows

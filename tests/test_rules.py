@@ -187,16 +187,16 @@ def test_a_latent_mixing_groups_proposes_a_rule_per_group_and_generalizes_it():
 
 
 def test_generalizing_stops_where_the_difference_thins_out():
-    from bbox_sae.features.findings import generalize
+    from bbox_sae.features.findings import Difference, generalize
 
     attrs, words, truth, lp_a, lp_b = _speech_corpus()
     scope = np.arange(len(words))
     # Only 'good' right after a capitalised word... is not where A wins: nothing to generalize from.
     good = Rule("form", "f:good", "class", "c:punctuation")
-    assert generalize(good, attrs, np.flatnonzero(good.mask(attrs)), scope, lp_a, lp_b, 1, 1.0, 0.1) is None
+    assert generalize(good, Difference(attrs, scope, lp_a, lp_b, 1), np.flatnonzero(good.mask(attrs)), 1.0, 0.1) is None
     romeo = Rule("form", "f:romeo", "layout", "after_blank")
     covered = np.flatnonzero(romeo.mask(attrs))
-    broad = generalize(romeo, attrs, covered, scope, lp_a, lp_b, 1, 1.0, 0.1)
+    broad = generalize(romeo, Difference(attrs, scope, lp_a, lp_b, 1), covered, 1.0, 0.1)
     # 'romeo' alone, or any all-capitals word, would take in the names mid-line: the layout stays.
     assert broad.left_kind == "layout" and broad.mask(attrs)[truth].mean() == 1.0
 

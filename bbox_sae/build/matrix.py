@@ -138,9 +138,7 @@ def _chunks(cfg: Config, models: list[str], chunk_rows: int) -> Iterator[_Chunk]
         for parts in zip(*streams, strict=True):
             words = parts[0]
             for name, part in zip(names, parts[1:]):
-                if part.num_rows != words.num_rows or not (
-                    part["word_idx"].equals(words["word_idx"]) and part["doc_id"].equals(words["doc_id"])
-                ):
+                if part.num_rows != words.num_rows or not (part["word_idx"].equals(words["word_idx"]) and part["doc_id"].equals(words["doc_id"])):
                     raise ArtifactError(f"{name} shard {k} does not line up with {words_path.name}/ (re-run the stage that wrote it)")
             emb = _embedding_matrix(parts[1]["embedding"])
             lp = np.stack([p["logprob"].to_numpy(zero_copy_only=False).astype(np.float64) for p in parts[2:]], axis=1)
@@ -239,12 +237,7 @@ def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: 
                 matrix[row : row + n, :d_emb] = a * chunk.embedding[v]
                 matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode, chunk.embedding[v])
                 words = chunk.words.filter(pa.array(v))
-                cols = {
-                    "row": pa.array(np.arange(row, row + n), pa.int64()),
-                    "doc_id": words["doc_id"],
-                    "word_idx": words["word_idx"],
-                    "split": words["split"],
-                }
+                cols = {"row": pa.array(np.arange(row, row + n), pa.int64()), "doc_id": words["doc_id"], "word_idx": words["word_idx"], "split": words["split"]}
                 for i, m in enumerate(models):
                     cols[logprob_column(m)] = pa.array(chunk.logprobs[v, i])
                 writer.write_table(pa.table(cols, schema=schema))

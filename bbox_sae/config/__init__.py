@@ -12,14 +12,7 @@ are checked exactly like the file. Every field says whether it is part of a stag
 - `output_dir.py`: the run's folder and the resolved config saved there
 """
 
-from bbox_sae.config.analysis import (
-    BuildConfig,
-    FeaturesConfig,
-    LabelConfig,
-    ReportConfig,
-    SAEConfig,
-    WandbConfig,
-)
+from bbox_sae.config.analysis import BuildConfig, FeaturesConfig, LabelConfig, ReportConfig, SAEConfig, WandbConfig
 from bbox_sae.config.inputs import CorpusConfig, EmbeddingConfig, ModelConfig
 from bbox_sae.config.keys import key_settings
 from bbox_sae.config.loading import config_from_dict, load_config, load_raw

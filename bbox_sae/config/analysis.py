@@ -88,9 +88,7 @@ class FeaturesConfig(Section):
         le=1,
         description="`test: rule`: a latent that proposed a kept rule is a kept feature only when its findings' rules cover this share of its train top words",
     )
-    finding_overlap: Key[float] = Field(
-        default=0.5, gt=0, le=1, description="kept rules (or latents) sharing this share of their words form one finding"
-    )
+    finding_overlap: Key[float] = Field(default=0.5, gt=0, le=1, description="kept rules (or latents) sharing this share of their words form one finding")
     latent_sets: Key[bool] = Field(
         default=True,
         description="`test: rule`: also test each difference-carrying latent's own word set, chosen by context alone (a group no single rule states)",
@@ -106,23 +104,15 @@ class LabelConfig(Section):
     max_retries: Operational[int] = Field(default=4, ge=0)
     timeout_s: Operational[float] = Field(default=60.0, gt=0)
     backoff_base_s: Operational[float] = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
-    backoff_max_s: Operational[float] = Field(
-        default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)"
-    )
-    temperature: Key[float | None] = Field(
-        default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)"
-    )
+    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
+    temperature: Key[float | None] = Field(default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)")
     examples: Key[int] = Field(default=20, ge=1, description="train contexts shown to the labeler")
     validation_examples: Key[int] = Field(default=10, ge=1, description="holdout positives (and as many negatives)")
     finding_validation_examples: Key[int] = Field(
-        default=40,
-        ge=2,
-        description="a finding's statement: held-out words of the finding judged (and as many outside it, half of its own forms)",
+        default=40, ge=2, description="a finding's statement: held-out words of the finding judged (and as many outside it, half of its own forms)"
     )
     contrast_examples: Key[int] = Field(
-        default=10,
-        ge=0,
-        description="LLM labeler: train contexts of the same word forms where the latent is inactive, shown as counter-examples",
+        default=10, ge=0, description="LLM labeler: train contexts of the same word forms where the latent is inactive, shown as counter-examples"
     )
     fuzz_examples: Key[int] = Field(
         default=10, ge=0, description="holdout positives for fuzzing scoring, half with the mark moved to a wrong word; 0: no fuzzing"
@@ -148,9 +138,7 @@ class ReportConfig(Section):
     examples_per_other_feature: Key[int] = Field(
         default=10, ge=1, description="contexts per split for the other features: keeps report.html a few MB over thousands of latents"
     )
-    domain_min_words: Key[int] = Field(
-        default=3, ge=1, description="a finding's top words in a domain below this: too few to say whether it holds there"
-    )
+    domain_min_words: Key[int] = Field(default=3, ge=1, description="a finding's top words in a domain below this: too few to say whether it holds there")
     markdown_features: Key[int] = Field(default=10, ge=1, description="kept features per winning model in report.md")
 
 

@@ -11,9 +11,7 @@ from bbox_sae.config.section import Section, not_empty, path_component
 
 
 class CorpusConfig(Section):
-    path: Key[str] = Field(
-        description="JSONL (.gz/.zst), Parquet or .txt file, a folder of them, a saved HF dataset dir, or (format hf) a hub name"
-    )
+    path: Key[str] = Field(description="JSONL (.gz/.zst), Parquet or .txt file, a folder of them, a saved HF dataset dir, or (format hf) a hub name")
     format: Key[Literal["auto", "jsonl", "parquet", "txt", "hf"]] = Field(
         default="auto", description="auto: told by content; in a folder an explicit format reads only its files"
     )
@@ -25,9 +23,7 @@ class CorpusConfig(Section):
     hf_streaming: Key[bool] = Field(default=False, description="stream a hub dataset instead of downloading it whole")
     max_docs: Key[int | None] = Field(default=None, ge=1)
     max_words: Key[int | None] = Field(default=None, ge=1)
-    chunk_words: Key[int | None] = Field(
-        default=None, ge=1, description="cut each document into pieces of about this many words (at line ends)"
-    )
+    chunk_words: Key[int | None] = Field(default=None, ge=1, description="cut each document into pieces of about this many words (at line ends)")
     holdout_fraction: Key[float] = Field(default=0.2, ge=0.0, lt=1.0)
     shard_docs: Key[int] = Field(default=256, ge=1, description="documents per artifact shard")
 
@@ -74,31 +70,23 @@ class ModelConfig(Section):
         description="output layer precision: the body's dtype (model), fp32 (float32), or the body's dtype with the "
         "top logits and the target's recomputed in fp32 (refined); auto: refined on CPU unless float32, else model",
     )
-    refine_top: Annotated[int, key_when(_head_is_set)] = Field(
-        default=32, ge=1, description="head: refined recomputes this many top logits per position"
-    )
+    refine_top: Annotated[int, key_when(_head_is_set)] = Field(default=32, ge=1, description="head: refined recomputes this many top logits per position")
     device: Operational[str] = "auto"
     # remote scoring (source: endpoint)
     endpoints: Operational[list[str]] = Field(default_factory=list)
     served_model: Key[str | None] = Field(default=None, description="model name the server expects; default `name`")
-    tokenizer: Annotated[str | None, key_when(_scored_remotely)] = Field(
-        default=None, description="tokenizer hub id / dir for window planning (endpoint)"
-    )
+    tokenizer: Annotated[str | None, key_when(_scored_remotely)] = Field(default=None, description="tokenizer hub id / dir for window planning (endpoint)")
     api_key_env: Operational[str | None] = None
     concurrency: Operational[int] = Field(default=4, ge=1, description="in-flight requests per endpoint")
     timeout_s: Operational[float] = Field(default=120.0, gt=0)
     max_retries: Operational[int] = Field(default=5, ge=0)
     backoff_base_s: Operational[float] = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
-    backoff_max_s: Operational[float] = Field(
-        default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)"
-    )
+    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
     prompt_logprobs: Key[bool] = Field(default=False, description="use vLLM's prompt_logprobs extension")
     prompt_format: Operational[Literal["tokens", "text"]] = Field(
         default="tokens", description="send windows as token ids (vLLM) or as text (servers that take only strings)"
     )
-    max_tokens: Operational[int] = Field(
-        default=0, ge=0, le=1, description="tokens generated after the echoed prompt: 0 for vLLM; 1 where 0 means unlimited"
-    )
+    max_tokens: Operational[int] = Field(default=0, ge=0, le=1, description="tokens generated after the echoed prompt: 0 for vLLM; 1 where 0 means unlimited")
 
     @field_validator("name")
     @classmethod

@@ -19,13 +19,9 @@ def _parse_value(key: str, text: str, source: str) -> Any:
         return yaml_load(text)
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(
-            f"{source}: '{key}': value {text!r} is not valid YAML ({problem}); quote a string, e.g. {key}='\"{text}\"'"
-        ) from None
+        raise ConfigError(f"{source}: '{key}': value {text!r} is not valid YAML ({problem}); quote a string, e.g. {key}='\"{text}\"'") from None
     except (RecursionError, ValueError) as err:
-        raise ConfigError(
-            f"{source}: '{key}': value {text[:40]!r} is not valid YAML ({str(err).split(';')[0][:80] or 'nested too deeply'})"
-        ) from None
+        raise ConfigError(f"{source}: '{key}': value {text[:40]!r} is not valid YAML ({str(err).split(';')[0][:80] or 'nested too deeply'})") from None
 
 
 def apply_overrides(raw: dict, overrides: list[str], source: str = "--set") -> dict:

@@ -9,14 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from bbox_sae.config.analysis import (
-    BuildConfig,
-    FeaturesConfig,
-    LabelConfig,
-    ReportConfig,
-    SAEConfig,
-    WandbConfig,
-)
+from bbox_sae.config.analysis import BuildConfig, FeaturesConfig, LabelConfig, ReportConfig, SAEConfig, WandbConfig
 from bbox_sae.config.inputs import CorpusConfig, EmbeddingConfig, ModelConfig
 from bbox_sae.config.keys import Key, Operational, key_settings
 from bbox_sae.config.section import Section, not_empty
@@ -30,8 +23,7 @@ class Config(Section):
     seed: Key[int] = 0
     threads: Operational[int | None] = Field(default=None, ge=1, description="torch CPU threads; default torch's choice")
     planted_rules: Operational[str | None] = Field(
-        default=None,
-        description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)",
+        default=None, description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)"
     )
     corpus: CorpusConfig
     models: list[ModelConfig] = Field(min_length=2)

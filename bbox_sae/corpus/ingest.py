@@ -16,16 +16,7 @@ import pyarrow.compute as pc
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, atomic_write_table, read_table, sha256_file
 from bbox_sae.config import Config
-from bbox_sae.corpus.documents import (
-    IngestStats,
-    corpus_fingerprint,
-    documents_table,
-    load_documents,
-    run_dirs,
-    shard_key,
-    shard_ranges,
-    words_table,
-)
+from bbox_sae.corpus.documents import IngestStats, corpus_fingerprint, documents_table, load_documents, run_dirs, shard_key, shard_ranges, words_table
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import regex
 
 from bbox_sae.artifacts import atomic_write_text
+from bbox_sae.corpus.words import pack_pieces
 
 PACKAGE = "debian-handbook"
 WORDS_PER_DOC = 200
@@ -50,16 +51,7 @@ def paragraphs(page: str) -> list[str]:
 
 
 def cut_chapter(paras: list[str], words_per_doc: int = WORDS_PER_DOC) -> list[str]:
-    docs, current, count = [], [], 0
-    for p in paras:
-        current.append(p)
-        count += len(p.split())
-        if count >= words_per_doc:
-            docs.append("\n\n".join(current))
-            current, count = [], 0
-    if count >= words_per_doc // 2:
-        docs.append("\n\n".join(current))
-    return docs
+    return pack_pieces(paras, words_per_doc)
 
 
 def build(directory: Path) -> Path:
@@ -72,9 +64,7 @@ def build(directory: Path) -> Path:
         pages = sorted((Path(tmp) / HTML_DIR).glob("*.html"))
         chapters = {p.stem: cut_chapter(paragraphs(p.read_text(encoding="utf-8"))) for p in pages}
     lines = [
-        json.dumps({"id": f"{name}-{i:03d}", "text": doc, "domain": name}, ensure_ascii=False)
-        for name, docs in chapters.items()
-        for i, doc in enumerate(docs)
+        json.dumps({"id": f"{name}-{i:03d}", "text": doc, "domain": name}, ensure_ascii=False) for name, docs in chapters.items() for i, doc in enumerate(docs)
     ]
     atomic_write_text(target, "\n".join(lines) + "\n")
     return target

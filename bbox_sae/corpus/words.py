@@ -8,6 +8,8 @@ with their letters. The spans tile the text: concatenating the words gives it ba
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import regex
 
@@ -31,3 +33,23 @@ def word_spans(text: str) -> np.ndarray:
 
 def split_words(text: str) -> list[str]:
     return [text[s:e] for s, e in word_spans(text)]
+
+
+def pack_pieces(pieces: Iterable[str], words_per_doc: int, max_words: float = float("inf")) -> list[str]:
+    """Consecutive pieces joined by blank lines into documents of about `words_per_doc` words: a
+    document ends once it reaches that size, or before a piece would take it past `max_words`; a
+    last document shorter than half the size is dropped."""
+    docs, current, count = [], [], 0
+    for piece in pieces:
+        n = len(piece.split())
+        if current and count + n > max_words:
+            docs.append("\n\n".join(current))
+            current, count = [], 0
+        current.append(piece)
+        count += n
+        if count >= words_per_doc:
+            docs.append("\n\n".join(current))
+            current, count = [], 0
+    if count >= words_per_doc // 2:
+        docs.append("\n\n".join(current))
+    return docs

@@ -85,17 +85,7 @@ def drops_line_breaks(tokenizer) -> bool:
 
 
 class WordEmbedder:
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        layer: int = -1,
-        window: int = 256,
-        stride: int = 128,
-        batch_size: int = 16,
-        mark_line_breaks: bool = True,
-    ):
+    def __init__(self, model, tokenizer, *, layer: int = -1, window: int = 256, stride: int = 128, batch_size: int = 16, mark_line_breaks: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         # An encoder that never sees line breaks cannot tell a speaker's name at the start of a
@@ -197,18 +187,11 @@ def load_embedder(cfg: EmbeddingConfig) -> WordEmbedder:
     # hidden_states holds the embedding output and then one entry per layer: n_layers + 1 in all.
     if isinstance(n_layers, int) and not -(n_layers + 1) <= cfg.layer <= n_layers:
         raise ConfigError(
-            f"embedding.layer {cfg.layer}: '{location}' has {n_layers} layers; use {-(n_layers + 1)}..{n_layers} "
-            "(0: the token embeddings, -1: the last layer)"
+            f"embedding.layer {cfg.layer}: '{location}' has {n_layers} layers; use {-(n_layers + 1)}..{n_layers} (0: the token embeddings, -1: the last layer)"
         )
     model.to(device).eval()
     return WordEmbedder(
-        model,
-        tokenizer,
-        layer=cfg.layer,
-        window=cfg.window,
-        stride=cfg.stride,
-        batch_size=cfg.batch_size,
-        mark_line_breaks=cfg.mark_line_breaks,
+        model, tokenizer, layer=cfg.layer, window=cfg.window, stride=cfg.stride, batch_size=cfg.batch_size, mark_line_breaks=cfg.mark_line_breaks
     )
 
 

@@ -24,9 +24,7 @@ from bbox_sae.stages import run_command
 def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     """Run the variants; returns name -> (run dir with the build, features dir, source)."""
     variants: dict[str, tuple[Path, Path, str]] = {"full": (cfg.out, cfg.out, "sae")}
-    w0 = cfg.model_copy(
-        update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})}
-    )
+    w0 = cfg.model_copy(update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})})
     share_inputs(cfg, w0)
     extract(w0)
     variants["no-performance (w=0)"] = (w0.out, w0.out, "sae")

@@ -50,9 +50,7 @@ def check_planted_config(cfg: Config) -> None:
 def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, seed: int) -> dict:
     """B = A + N(0, noise_std) with nothing planted, SAE seed `seed`; every kept finding is false."""
     out = cfg.paths.null_seed(seed).root
-    sub = reading_b_from(cfg, cfg.paths.null_logprobs(seed)).model_copy(
-        update={"output_dir": str(out), "sae": cfg.sae.model_copy(update={"seed": seed})}
-    )
+    sub = reading_b_from(cfg, cfg.paths.null_logprobs(seed)).model_copy(update={"output_dir": str(out), "sae": cfg.sae.model_copy(update={"seed": seed})})
     share_inputs(cfg, sub, logprobs=models_but_b(cfg))
     rng = np.random.default_rng(1000 + seed)
     plant(sub, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
@@ -61,10 +59,7 @@ def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, s
     return {
         "seed": seed,
         "kept_findings": len(findings),
-        "findings": [
-            {"statement": f["statement"], "kind": f["kind"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]}
-            for f in findings
-        ],
+        "findings": [{"statement": f["statement"], "kind": f["kind"], "top_words": f["top_words"], "median_dlogp": f["median_dlogp"]} for f in findings],
     }
 
 
@@ -83,10 +78,7 @@ def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[in
     extract(cfg)
 
     results = {
-        "rules": {
-            r.name: {"kind": r.kind, "delta": r.delta, "occurrences": int(masks[r.name].sum()), "frequency": float(masks[r.name].mean())}
-            for r in rules
-        },
+        "rules": {r.name: {"kind": r.kind, "delta": r.delta, "occurrences": int(masks[r.name].sum()), "frequency": float(masks[r.name].mean())} for r in rules},
         "noise_std": noise_std,
         "words": words.num_rows,
         "variants": {},
@@ -95,9 +87,7 @@ def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[in
     for name, (run_dir, feat_dir, source) in variants.items():
         at = rows_to_words(words, run_dir)
         masks_by_row = {r: m[at] for r, m in masks.items()}
-        results["variants"][name] = score_recovery(
-            cfg.model_copy(update={"output_dir": str(run_dir)}), feat_dir, rules, masks_by_row, source
-        )
+        results["variants"][name] = score_recovery(cfg.model_copy(update={"output_dir": str(run_dir)}), feat_dir, rules, masks_by_row, source)
     results["null"] = [null_run(cfg, words, lp_a, noise_std, s) for s in null_seeds]
     atomic_write_json(cfg.paths.planted_results, results)
     print_planted(results)

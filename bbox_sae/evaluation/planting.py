@@ -64,9 +64,7 @@ def load_rules(path: str | Path | Traversable) -> tuple[list[PlantedRule], float
     rules = []
     for i, r in enumerate(raw["rules"]):
         if isinstance(r, dict) and "next" in r:
-            raise ConfigError(
-                f"{path}: rules[{i}]: `next` conditions on the following word, which a causal LM cannot see; use `word`, `prev` or `left`"
-            )
+            raise ConfigError(f"{path}: rules[{i}]: `next` conditions on the following word, which a causal LM cannot see; use `word`, `prev` or `left`")
         try:
             rule = PlantedRule(**r)
             for pattern in (rule.word, rule.prev, rule.left):

@@ -60,15 +60,7 @@ def print_planted(results: dict) -> None:
         "Summary",
         ["variant", "rules recovered", "mean recall", "FDR", "kept findings", "kept latents", "max splits"],
         [
-            [
-                n,
-                f"{v['rules_recovered']}/{v['rules']}",
-                f"{v['mean_recall']:.2f}",
-                f"{v['fdr']:.2f}",
-                v["kept_findings"],
-                v["kept_latents"],
-                v["max_splits"],
-            ]
+            [n, f"{v['rules_recovered']}/{v['rules']}", f"{v['mean_recall']:.2f}", f"{v['fdr']:.2f}", v["kept_findings"], v["kept_latents"], v["max_splits"]]
             for n, v in results["variants"].items()
         ],
     )
@@ -76,8 +68,5 @@ def print_planted(results: dict) -> None:
         print_table(
             "Null pair (B = A + noise, nothing planted)",
             ["seed", "kept findings", "what"],
-            [
-                [r["seed"], r["kept_findings"], "; ".join((f["statement"] or f["top_words"] or "")[:40] for f in r["findings"][:3])]
-                for r in results["null"]
-            ],
+            [[r["seed"], r["kept_findings"], "; ".join((f["statement"] or f["top_words"] or "")[:40] for f in r["findings"][:3])] for r in results["null"]],
         )

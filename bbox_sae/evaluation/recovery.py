@@ -65,9 +65,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     findings = labeled_findings(tables)
     features = labeled_features(tables)
     n_top = dict(zip(features["latent"].to_pylist(), features["n_top"].to_pylist()))
-    detection = {
-        latent: score for latent, score in zip(features["latent"].to_pylist(), features["label_score"].to_pylist()) if score is not None
-    }
+    detection = {latent: score for latent, score in zip(features["latent"].to_pylist(), features["label_score"].to_pylist()) if score is not None}
     top = read_table(tables.top_activations).filter(pc.field("split") == "train")
     top_rows_of = {}
     for latent, group in _group_rows(top).items():

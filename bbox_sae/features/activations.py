@@ -20,9 +20,7 @@ class TopActivations:
     n_rows: int
 
 
-def top_activations(
-    encode: Encoder, matrix: np.ndarray, rows_by_split: dict[str, np.ndarray], d_sae: int, top_n: int, chunk_rows: int
-) -> TopActivations:
+def top_activations(encode: Encoder, matrix: np.ndarray, rows_by_split: dict[str, np.ndarray], d_sae: int, top_n: int, chunk_rows: int) -> TopActivations:
     fire = torch.zeros(d_sae, dtype=torch.long)
     values, rows = {}, {}
     for split, split_rows in rows_by_split.items():

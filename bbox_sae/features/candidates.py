@@ -81,9 +81,7 @@ def rule_candidates(
                 if key in candidates:
                     candidates[key].latents.append(r["latent"])
                 else:
-                    candidates[key] = Tested(
-                        "rule", (a, b), sign, [r["latent"]], rule_words(rule, attrs, train), rule_words(rule, attrs, holdout), rule=rule
-                    )
+                    candidates[key] = Tested("rule", (a, b), sign, [r["latent"]], rule_words(rule, attrs, train), rule_words(rule, attrs, holdout), rule=rule)
     return list(candidates.values()), first_rule
 
 
@@ -177,27 +175,12 @@ def tested_row(t: Tested) -> dict:
     }
 
 
-def propose_candidates(
-    feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]
-) -> tuple[list[Tested], dict[int, RuleFit]]:
+def propose_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> tuple[list[Tested], dict[int, RuleFit]]:
     """Every candidate the proposers offer, rules then (with `features.latent_sets`) word sets, and
     each latent's first proposed rule."""
     train, holdout = inputs.rows_by_split["train"], inputs.rows_by_split["holdout"]
     fcfg = inputs.fcfg
     tested, first_rule = rule_candidates(feats, inputs.top, fires, column, inputs.attrs, train, holdout, inputs.lp_by_row, fcfg)
     if fcfg.latent_sets:
-        tested += latent_candidates(
-            feats,
-            inputs.top,
-            fires,
-            column,
-            inputs.context,
-            inputs.attrs,
-            train,
-            holdout,
-            inputs.lp_by_row,
-            tested,
-            fcfg,
-            inputs.seed,
-        )
+        tested += latent_candidates(feats, inputs.top, fires, column, inputs.context, inputs.attrs, train, holdout, inputs.lp_by_row, tested, fcfg, inputs.seed)
     return tested, first_rule

@@ -56,10 +56,6 @@ def domain_stats(index: pa.Table, documents: pa.Table, models: list[str], pairs:
             entry["models"][m] = {"mean_logprob": mean, "perplexity": float(np.exp(-mean)), "words": int(len(rows))}
         for a, b in pairs:
             d = logprobs[a][rows] - logprobs[b][rows]
-            entry["pair_stats"][f"{a} vs {b}"] = {
-                "mean_dlogp": float(d.mean()),
-                "median_dlogp": float(np.median(d)),
-                "share_a_better": float((d > 0).mean()),
-            }
+            entry["pair_stats"][f"{a} vs {b}"] = {"mean_dlogp": float(d.mean()), "median_dlogp": float(np.median(d)), "share_a_better": float((d > 0).mean())}
         out[names[code]] = entry
     return out

@@ -86,9 +86,7 @@ def ranking_encoder(encode: Encoder, d_embedding: int, performance: str, ranking
     return lambda x: encode(blind_rows(x, d_embedding, performance))
 
 
-def encode_rows(
-    encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None
-) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+def encode_rows(encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
     """(row ids, activations) chunk by chunk."""
     for idx, x in matrix_chunks(matrix, rows, chunk_rows, desc=desc):
         yield idx, encode(x)

@@ -100,11 +100,7 @@ def corpus_stats(index: pa.Table, models: list[str], pairs: list[tuple[str, str]
         out["models"][m] = {"mean_logprob": float(lp.mean()), "perplexity": float(np.exp(-lp.mean())), "words": int(len(lp))}
     for a, b in pairs:
         d = index[logprob_column(a)].to_numpy() - index[logprob_column(b)].to_numpy()
-        out["pair_stats"][f"{a} vs {b}"] = {
-            "mean_dlogp": float(d.mean()),
-            "median_dlogp": float(np.median(d)),
-            "share_a_better": float((d > 0).mean()),
-        }
+        out["pair_stats"][f"{a} vs {b}"] = {"mean_dlogp": float(d.mean()), "median_dlogp": float(np.median(d)), "share_a_better": float((d > 0).mean())}
     return out
 
 

@@ -54,9 +54,7 @@ class _UnionFind:
         self.parent[self.find(i)] = self.find(j)
 
 
-def group_latents(
-    keys: list[tuple], rules: list[str | None], top_holdout: list[np.ndarray], fires: np.ndarray, overlap: float
-) -> list[list[int]]:
+def group_latents(keys: list[tuple], rules: list[str | None], top_holdout: list[np.ndarray], fires: np.ndarray, overlap: float) -> list[list[int]]:
     """Groups of positions into `keys` (pair and winner per kept latent) that express one difference.
 
     `fires[:, i]` is where latent i fires over all rows; i and j (same key) join when their rule
@@ -67,10 +65,7 @@ def group_latents(
             if keys[i] != keys[j]:
                 continue
             same_rule = rules[i] is not None and rules[i] == rules[j]
-            cofire = max(
-                fires[top_holdout[i], j].mean() if len(top_holdout[i]) else 0.0,
-                fires[top_holdout[j], i].mean() if len(top_holdout[j]) else 0.0,
-            )
+            cofire = max(fires[top_holdout[i], j].mean() if len(top_holdout[i]) else 0.0, fires[top_holdout[j], i].mean() if len(top_holdout[j]) else 0.0)
             if same_rule or cofire >= overlap:
                 uf.union(i, j)
     groups: dict[int, list[int]] = {}
@@ -118,69 +113,65 @@ def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list
     return out
 
 
-def generalize(
-    rule: Rule,
-    attrs: WordAttributes,
-    covered: np.ndarray,
-    train_scope: np.ndarray,
-    lp_a: np.ndarray,
-    lp_b: np.ndarray,
-    sign: int,
-    min_abs_dlogp: float,
-    min_abs_dp: float,
-    keep: float = 0.8,
-) -> Rule | None:
+@dataclass(frozen=True)
+class Difference:
+    """Where a rule's words are looked up and measured: the train words in scope, and the two
+    models' log-probs with the direction (`sign`) of the difference sought."""
+
+    attrs: WordAttributes
+    train_scope: np.ndarray
+    lp_a: np.ndarray
+    lp_b: np.ndarray
+    sign: int
+
+    def words(self, rule: Rule) -> np.ndarray:
+        return rule_words(rule, self.attrs, self.train_scope)
+
+    def effect(self, rows: np.ndarray) -> tuple[float, float]:
+        return _effect(self.lp_a, self.lp_b, rows, self.sign)
+
+
+def generalize(rule: Rule, diff: Difference, covered: np.ndarray, min_abs_dlogp: float, min_abs_dp: float, keep: float = 0.8) -> Rule | None:
     """The broadest rule, `rule` or up to two steps of relaxation, whose train words beyond `rule`'s
     (all of them, not only a latent's top words) show the difference at `keep` of `rule`'s size or
     more; None when `rule`'s own words do not pass the effect rule. Relaxing only while the added
     words differ too keeps a rule from swallowing words where nothing differs ("'be' after a modal"
     must not become "'be'", nor speech starts "an all-capitals word")."""
-    base_words = rule_words(rule, attrs, train_scope)
-    base_dlogp, base_dp = _effect(lp_a, lp_b, base_words, sign)
+    attrs = diff.attrs
+    base_dlogp, base_dp = diff.effect(diff.words(rule))
     if not (base_dlogp > min_abs_dlogp or base_dp > min_abs_dp):
         return None
 
     def holds(r: Rule, parent: Rule) -> bool:
         # The words each step adds must differ too: a median over all of a rule's words would let up
         # to half of them be words where nothing differs.
-        added = np.setdiff1d(rule_words(r, attrs, train_scope), rule_words(parent, attrs, train_scope), assume_unique=True)
-        dlogp, dp = _effect(lp_a, lp_b, added, sign)
+        added = np.setdiff1d(diff.words(r), diff.words(parent), assume_unique=True)
+        dlogp, dp = diff.effect(added)
         return len(added) == 0 or (dlogp >= keep * base_dlogp and dp >= keep * base_dp)
 
     best, frontier = rule, [rule]
     for _ in range(2):
         frontier = [r for f in frontier for r in _relaxations(f, attrs, covered) if holds(r, f)]
         for r in frontier:
-            if len(rule_words(r, attrs, train_scope)) > len(rule_words(best, attrs, train_scope)):
+            if len(diff.words(r)) > len(diff.words(best)):
                 best = r
     return best
 
 
-def specialize(
-    rule: Rule,
-    attrs: WordAttributes,
-    covered: np.ndarray,
-    train_scope: np.ndarray,
-    lp_a: np.ndarray,
-    lp_b: np.ndarray,
-    sign: int,
-    min_share: float,
-    drop: float = 0.2,
-) -> Rule:
+def specialize(rule: Rule, diff: Difference, covered: np.ndarray, min_share: float, drop: float = 0.2) -> Rule:
     """`rule` with one more condition, when the train words that condition removes carry less than
     `drop` of the difference: "an all-capitals word" becomes "an all-capitals word after a blank
     line" when only speech starts differ. Conditions come from the covered words (>= `min_share`)."""
-    base_words = rule_words(rule, attrs, train_scope)
-    base_dlogp, _ = _effect(lp_a, lp_b, base_words, sign)
+    attrs = diff.attrs
+    base_words = diff.words(rule)
+    base_dlogp, _ = diff.effect(base_words)
     options = []
     n = len(covered)
     if rule.left_kind is None:
         for kind, col in (("form", attrs.left_form), ("class", attrs.left_cls), ("form2", attrs.left2_form)):
             options += [(kind, attrs.vocab[v]) for v, c in Counter(col[covered].tolist()).items() if c >= min_share * n]
         options += [
-            ("layout", name)
-            for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank))
-            if col[covered].sum() >= min_share * n
+            ("layout", name) for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)) if col[covered].sum() >= min_share * n
         ]
         candidates = [Rule(rule.word_kind, rule.word_value, k, v) for k, v in options]
     elif rule.word_kind is None:
@@ -191,11 +182,11 @@ def specialize(
         return rule
     best, best_n = rule, -1
     for cand in candidates:
-        kept_words = rule_words(cand, attrs, train_scope)
+        kept_words = diff.words(cand)
         removed = np.setdiff1d(base_words, kept_words, assume_unique=True)
         if len(removed) == 0 or len(kept_words) == 0:
             continue
-        if _effect(lp_a, lp_b, removed, sign)[0] < drop * base_dlogp and len(kept_words) > best_n:
+        if diff.effect(removed)[0] < drop * base_dlogp and len(kept_words) > best_n:
             best, best_n = cand, len(kept_words)
     return best
 
@@ -220,6 +211,7 @@ def propose_rules(
     and generalized as far as the train data allow (`generalize`). A latent mixing unrelated groups yields one rule per group; none when fewer than
     `min_share` of its top words carry a difference."""
     carrying = top_train[sign * (lp_a[top_train] - lp_b[top_train]) > min_abs_dlogp]
+    diff = Difference(attrs, train_scope, lp_a, lp_b, sign)
     out: list[tuple[Rule, RuleFit]] = []
     remaining = carrying
     for _ in range(max_rules):
@@ -234,8 +226,8 @@ def propose_rules(
             covered = fit.rule.mask(attrs, remaining)
             if covered.sum() < min_share * len(carrying):
                 continue
-            narrow = specialize(fit.rule, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_share)
-            rule = generalize(narrow, attrs, remaining[covered], train_scope, lp_a, lp_b, sign, min_abs_dlogp, min_abs_dp)
+            narrow = specialize(fit.rule, diff, remaining[covered], min_share)
+            rule = generalize(narrow, diff, remaining[covered], min_abs_dlogp, min_abs_dp)
             if rule is not None:
                 found = (rule, fit, covered)
                 break

@@ -60,9 +60,19 @@ class FindingTables:
     finding_words: list[tuple[int, str, np.ndarray]]
 
 
+# A finding's Δ statistics, on its train words (shown) and held out (the test).
+FINDING_STATS = (
+    "median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
+    "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value",
+)  # fmt: skip
+
+
+def finding_stats(stats: dict) -> dict:
+    return {k: stats[k] for k in FINDING_STATS}
+
+
 def number_by_effect(
-    findings: list[dict],
-    finding_words: list[tuple[int, str, np.ndarray]],
+    findings: list[dict], finding_words: list[tuple[int, str, np.ndarray]]
 ) -> tuple[list[dict], list[tuple[int, str, np.ndarray]], dict[int, int]]:
     """Findings numbered by effect size, finding 0 the largest difference, their words renumbered
     alike, and the map from old numbers to new."""
@@ -127,21 +137,7 @@ def top_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Finding
                 "n_latents": len(latents),
                 "n_top": int(len(train_rows)),
                 "holdout_n": int(len(holdout_rows)),
-                **{
-                    k: stats[k]
-                    for k in (
-                        "median_dlogp",
-                        "mean_dlogp",
-                        "median_dp",
-                        "ci_low",
-                        "ci_high",
-                        "consistency",
-                        "holdout_median_dlogp",
-                        "holdout_ci_low",
-                        "holdout_ci_high",
-                        "holdout_p_value",
-                    )
-                },
+                **finding_stats(stats),
                 **rule_columns(fit),
                 "kind": "rule",
                 "statement": fit.train.rule.describe() if fit else None,
@@ -152,11 +148,7 @@ def top_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Finding
         finding_words += [(fid, "train", train_rows), (fid, "holdout", holdout_rows)]
     findings, finding_words, renumber = number_by_effect(findings, finding_words)
     features = [
-        dict(
-            r,
-            finding=None if r["finding"] is None else renumber[r["finding"]],
-            findings=None if r["finding"] is None else str(renumber[r["finding"]]),
-        )
+        dict(r, finding=None if r["finding"] is None else renumber[r["finding"]], findings=None if r["finding"] is None else str(renumber[r["finding"]]))
         for r in features
     ]
     return FindingTables(features, findings, [], finding_words)

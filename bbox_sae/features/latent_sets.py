@@ -89,9 +89,7 @@ def context_groups(vectors: np.ndarray, seed: int) -> np.ndarray:
     return joined[labels] - 1
 
 
-def form_wins(
-    attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float
-) -> tuple[np.ndarray, np.ndarray]:
+def form_wins(attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> tuple[np.ndarray, np.ndarray]:
     """(vocab,) each word form's train occurrences, and those on which `sign`'s model wins by more
     than the threshold."""
     size = len(attrs.vocab)
@@ -109,9 +107,7 @@ def group_forms(attrs: WordAttributes, members: np.ndarray, total: np.ndarray, w
     return members[own[attrs.form[members]]]
 
 
-def without_idle_left(
-    word_set: WordSet, attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float
-) -> WordSet:
+def without_idle_left(word_set: WordSet, attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> WordSet:
     """The word set without its left context when the model wins on its forms elsewhere too (on at
     least `FORM_CARRIES` of their other train occurrences): most nouns follow a determiner, and a
     class of nouns that differs wherever it stands is not "after a determiner". 'lord' after 'my'

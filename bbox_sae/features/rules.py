@@ -158,9 +158,7 @@ def word_attributes(docs: list[list[str]]) -> WordAttributes:
             prev2, prev = prev, w
     vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
     arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
-    return WordAttributes(
-        arr(form), arr(cls), arr(left_form), arr(left_cls), arr(left2_form), np.asarray(line_start), np.asarray(after_blank), vocab
-    )
+    return WordAttributes(arr(form), arr(cls), arr(left_form), arr(left_cls), arr(left2_form), np.asarray(line_start), np.asarray(after_blank), vocab)
 
 
 @dataclass(frozen=True)
@@ -300,9 +298,7 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     return " or ".join(together(g) for g in said)
 
 
-def ranked_rules(
-    attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2
-) -> list[RuleFit]:
+def ranked_rules(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> list[RuleFit]:
     """Every rule built from conditions common in the top words, best first: by F1, ties to the rule
     that names the word (its form, else its class), then to the one with fewer conditions; of two
     equally true statements the label keeps the more telling one."""

@@ -72,9 +72,7 @@ def finding_words_table(words: list[tuple[int, str, np.ndarray]], index: pa.Tabl
     at = pa.array(rows, pa.int64())
     return pa.table(
         {
-            "finding": pa.array(
-                np.repeat([f for f, _, _ in words], [len(r) for _, _, r in words]).astype(np.int32) if words else [], pa.int32()
-            ),
+            "finding": pa.array(np.repeat([f for f, _, _ in words], [len(r) for _, _, r in words]).astype(np.int32) if words else [], pa.int32()),
             "split": pa.array([split for _, split, r in words for _ in range(len(r))], pa.string()),
             "row": at,
             "doc_id": index["doc_id"].take(at),

@@ -17,25 +17,9 @@ from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import top_words
 from bbox_sae.features.candidates import Tested, propose_candidates, test_candidates, tested_row
 from bbox_sae.features.feature_table import pair_stats
-from bbox_sae.features.findings import (
-    LatentRule,
-    adds_the_difference,
-    expresses,
-    group_head,
-    nested_groups,
-    states,
-    top_forms,
-)
-from bbox_sae.features.grouping import FindingInputs, FindingTables, number_by_effect, rule_columns
-from bbox_sae.features.rules import (
-    RuleFit,
-    any_mask,
-    describe_rules,
-    fit_rule,
-    fit_rules,
-    rules_from_json,
-    rules_to_json,
-)
+from bbox_sae.features.findings import LatentRule, adds_the_difference, expresses, group_head, nested_groups, states, top_forms
+from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
+from bbox_sae.features.rules import RuleFit, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import describe_word_set
 
 
@@ -117,9 +101,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], fcfg.finding_overlap)
     findings = [dict(_finding_row(g, units, inputs, fires, column), finding=i) for i, g in enumerate(groups)]
     finding_words = [
-        (i, split, np.unique(np.concatenate([getattr(units[u], f"{split}_rows") for u in g])))
-        for i, g in enumerate(groups)
-        for split in ("train", "holdout")
+        (i, split, np.unique(np.concatenate([getattr(units[u], f"{split}_rows") for u in g]))) for i, g in enumerate(groups) for split in ("train", "holdout")
     ]
     findings, finding_words, _ = number_by_effect(findings, finding_words)
     features = _mark_members(feats, findings, finding_words, inputs, fires, column, first_rule)
@@ -154,21 +136,7 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
         "n_latents": len(latents),
         "n_top": int(len(train_rows)),
         "holdout_n": int(len(holdout_rows)),
-        **{
-            k: stats[k]
-            for k in (
-                "median_dlogp",
-                "mean_dlogp",
-                "median_dp",
-                "ci_low",
-                "ci_high",
-                "consistency",
-                "holdout_median_dlogp",
-                "holdout_ci_low",
-                "holdout_ci_high",
-                "holdout_p_value",
-            )
-        },
+        **finding_stats(stats),
         "top_words": top_forms(inputs.words_by_row[train_rows]),
     }
     if by_rules:
@@ -188,13 +156,7 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
     else:
         word_set = describe_word_set(attrs, train_rows)
         row.update(
-            rule=None,
-            rule_json=None,
-            rule_precision=None,
-            rule_recall=None,
-            rule_f1=None,
-            statement=word_set.describe(),
-            word_set_json=word_set.to_json(),
+            rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None, statement=word_set.describe(), word_set_json=word_set.to_json()
         )
     return row
 
@@ -231,8 +193,6 @@ def _mark_members(
         else:
             held = fit_rules(rules, attrs, top_words(top, "holdout", latent), fires[:, column[latent]], holdout)
             columns = {**rule_columns(LatentRule(held, held)), "rule": describe_rules(rules), "rule_json": rules_to_json(rules)}
-        kept = bool(ids) and expresses(
-            np.concatenate([train_words[f] for f in ids]), top_words(top, "train", latent), inputs.fcfg.member_min_share
-        )
+        kept = bool(ids) and expresses(np.concatenate([train_words[f] for f in ids]), top_words(top, "train", latent), inputs.fcfg.member_min_share)
         out.append({**r, **columns, "kept": kept, "finding": ids[0] if ids else None, "findings": ",".join(str(f) for f in ids) or None})
     return out

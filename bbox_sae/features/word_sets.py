@@ -108,9 +108,4 @@ def describe_word_set(attrs: WordAttributes, rows: np.ndarray) -> WordSet:
     """What the words at `rows` (train rows of a set, non-empty) share."""
     forms = Counter(attrs.vocab[c][2:] for c in attrs.form[rows].tolist())
     ranked = sorted(forms.items(), key=lambda fc: (-fc[1], fc[0]))
-    return WordSet(
-        forms=tuple(f for f, _ in ranked),
-        counts=tuple(c for _, c in ranked),
-        suffix=_shared_suffix(forms),
-        left=shared_left(attrs, rows),
-    )
+    return WordSet(forms=tuple(f for f, _ in ranked), counts=tuple(c for _, c in ranked), suffix=_shared_suffix(forms), left=shared_left(attrs, rows))

@@ -18,11 +18,7 @@ from bbox_sae.labeling.records import train_top_contexts
 
 def train_top_rows(contexts: pa.Table, index: pa.Table) -> dict[int, np.ndarray]:
     """Each latent's train top words (`in_top` rows of contexts.parquet) as matrix rows."""
-    keyed = (
-        train_top_contexts(contexts)
-        .select(["latent", "doc_id", "word_idx"])
-        .join(index.select(["row", "doc_id", "word_idx"]), keys=["doc_id", "word_idx"])
-    )
+    keyed = train_top_contexts(contexts).select(["latent", "doc_id", "word_idx"]).join(index.select(["row", "doc_id", "word_idx"]), keys=["doc_id", "word_idx"])
     latents, rows = keyed["latent"].to_numpy(), keyed["row"].to_numpy()
     return {int(latent): np.sort(rows[latents == latent]) for latent in np.unique(latents)}
 
@@ -36,8 +32,6 @@ def broader_rules(src: FeatureSource, contexts: pa.Table, rules_of: dict[int, li
     fires = src.fires(with_rules)
     train = src.matrix.rows_by_split["train"]
     return {
-        latent: tuple(
-            fit.rule for fit in cover_outside(rules_of[latent], src.attrs, top.get(latent, np.zeros(0, np.int64)), fires[:, j], train)
-        )
+        latent: tuple(fit.rule for fit in cover_outside(rules_of[latent], src.attrs, top.get(latent, np.zeros(0, np.int64)), fires[:, j], train))
         for j, latent in enumerate(with_rules)
     }

@@ -121,8 +121,7 @@ class Asker:
             failure = classify(err, self.cfg.timeout_s)
             if failure.action == "fatal":
                 raise EndpointError(
-                    f"{self.cfg.base_url}: {failure.description} for model '{self.cfg.model}'; "
-                    f"check label.base_url, label.model and ${self.cfg.api_key_env}"
+                    f"{self.cfg.base_url}: {failure.description} for model '{self.cfg.model}'; check label.base_url, label.model and ${self.cfg.api_key_env}"
                 ) from None
             self.stats.failures += 1
             tries = attempts.statistics["attempt_number"]

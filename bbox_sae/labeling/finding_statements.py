@@ -69,9 +69,7 @@ def offline_statement(finding: dict) -> Statement:
     return Statement(finding["statement"] or finding["rule"], "rule", rules=tuple(rules_from_json(finding["rule_json"])))
 
 
-def _example_rows(
-    src: FeatureSource, paths: RunLayout, findings: list[dict], rng: np.random.Generator, n: int, n_train: int, n_contrast: int
-) -> list[tuple]:
+def _example_rows(src: FeatureSource, paths: RunLayout, findings: list[dict], rng: np.random.Generator, n: int, n_train: int, n_contrast: int) -> list[tuple]:
     """(finding, split, rank, row, 0.0, False) for each finding's shown words: `train` (its train
     words), `holdout` (its held-out words: the positives), `negative` (held-out words outside it,
     half of its own forms), `contrast` (train words of its forms outside it)."""
@@ -96,9 +94,7 @@ def _example_rows(
     return examples
 
 
-def finding_examples(
-    src: FeatureSource, paths: RunLayout, findings: list[dict], n: int, n_train: int, n_contrast: int
-) -> list[FeatureExamples]:
+def finding_examples(src: FeatureSource, paths: RunLayout, findings: list[dict], n: int, n_train: int, n_contrast: int) -> list[FeatureExamples]:
     """What a judge (and an LLM labeler) reads about each finding, in FeatureExamples' shape with
     the finding's number as its id."""
     if not findings:

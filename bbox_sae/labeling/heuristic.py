@@ -43,20 +43,8 @@ _PUNCT_NAMES = {
     "...": "ellipsis",
 }
 _FORM_NAMES = {"\n": "newlines", " ": "runs of spaces"}
-_CLASS_PLURAL = {
-    "newline": "newlines",
-    "space": "runs of spaces",
-    "number": "numbers",
-    "punctuation": "punctuation",
-    "capitalised": "capitalised words",
-}
-_CLASS_SINGULAR = {
-    "newline": "a newline",
-    "space": "a run of spaces",
-    "number": "a number",
-    "punctuation": "punctuation",
-    "capitalised": "a capitalised word",
-}
+_CLASS_PLURAL = {"newline": "newlines", "space": "runs of spaces", "number": "numbers", "punctuation": "punctuation", "capitalised": "capitalised words"}
+_CLASS_SINGULAR = {"newline": "a newline", "space": "a run of spaces", "number": "a number", "punctuation": "punctuation", "capitalised": "a capitalised word"}
 
 
 def char_class(word: str) -> str:
@@ -77,12 +65,7 @@ def _context_words(text: str, side: str) -> list[str]:
 
 def _ngrams(words: Sequence[str]) -> set[tuple[str, ...]]:
     # Punctuation-only n-grams ('"', ',') are better said by the neighbour's class.
-    return {
-        tuple(words[i : i + n])
-        for n in (1, 2)
-        for i in range(len(words) - n + 1)
-        if any(char_class(w) != "punctuation" for w in words[i : i + n])
-    }
+    return {tuple(words[i : i + n]) for n in (1, 2) for i in range(len(words) - n + 1) if any(char_class(w) != "punctuation" for w in words[i : i + n])}
 
 
 def _neighbour_class(text: str, side: str) -> str | None:
@@ -182,9 +165,7 @@ def rule_matches(rule: HeuristicRule, ctx: Context) -> bool:
         return False
     if not rule.forms and char_class(ctx.word) != rule.word_class:
         return False
-    return all(
-        _cue_matches(cue, text, side) for cue, text, side in ((rule.left, ctx.left, "left"), (rule.right, ctx.right, "right")) if cue
-    )
+    return all(_cue_matches(cue, text, side) for cue, text, side in ((rule.left, ctx.left, "left"), (rule.right, ctx.right, "right")) if cue)
 
 
 def context_matches(rule: Rule, ctx: Context) -> bool:
@@ -194,9 +175,7 @@ def context_matches(rule: Rule, ctx: Context) -> bool:
     return bool(rule.mask(attrs)[-1])
 
 
-def judged(
-    label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int
-) -> LabelResult:
+def judged(label: str, source: str, coherent: bool, fits: Callable[[Context], bool], feature: FeatureExamples, seed: int, n_fuzz: int) -> LabelResult:
     """A label whose own rule is the judge: detection on the validation set, fuzzing on moved marks."""
     examples, truth = validation_set(feature, seed)
     scores = detection_scores(truth, [fits(c) for c in examples])

@@ -16,14 +16,7 @@ from pathlib import Path
 from bbox_sae.config import LabelConfig
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
 from bbox_sae.labeling.heuristic import heuristic_label
-from bbox_sae.labeling.messages import (
-    detection_messages,
-    fuzz_messages,
-    label_messages,
-    parse_detection_reply,
-    parse_fuzz_reply,
-    parse_label_reply,
-)
+from bbox_sae.labeling.messages import detection_messages, fuzz_messages, label_messages, parse_detection_reply, parse_fuzz_reply, parse_label_reply
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
@@ -40,24 +33,24 @@ async def _judge(asker: Asker, kind: str, messages: list[dict], examples: Sequen
 
 
 async def _scored(asker: Asker, feature: FeatureExamples, description: str, coherent: bool, seed: int) -> LabelResult:
-    source = f"llm:{asker.cfg.model}"
-    result = LabelResult(description, source, coherent=coherent)
+    """The description judged by detection, then by fuzzing; a judgement whose request failed ends
+    the scoring with its reason."""
+    result = LabelResult(description, f"llm:{asker.cfg.model}", coherent=coherent)
     examples, truth = validation_set(feature, seed)
-    if examples:
-        try:
-            scores = await _judge(asker, "detect", detection_messages(description, examples), examples, truth)
-        except RequestFailed as err:
-            log.warning("latent %d not validated: %s", feature.latent, err)
-            return replace(result, reason=f"validation failed: {err}")
-        result = replace(result, score=scores.balanced_accuracy, precision=scores.precision, recall=scores.recall)
     fuzzed, correct = fuzz_set(feature, asker.cfg.fuzz_examples, seed)
-    if fuzzed:
+    judgements = [("detect", detection_messages, examples, truth, "validated", "validation"), ("fuzz", fuzz_messages, fuzzed, correct, "fuzzed", "fuzzing")]
+    for kind, messages, shown, expected, done, step in judgements:
+        if not shown:
+            continue
         try:
-            fuzz = await _judge(asker, "fuzz", fuzz_messages(description, fuzzed), fuzzed, correct)
+            scores = await _judge(asker, kind, messages(description, shown), shown, expected)
         except RequestFailed as err:
-            log.warning("latent %d not fuzzed: %s", feature.latent, err)
-            return replace(result, reason=f"fuzzing failed: {err}")
-        result = replace(result, fuzz=fuzz.balanced_accuracy)
+            log.warning("latent %d not %s: %s", feature.latent, done, err)
+            return replace(result, reason=f"{step} failed: {err}")
+        if kind == "detect":
+            result = replace(result, score=scores.balanced_accuracy, precision=scores.precision, recall=scores.recall)
+        else:
+            result = replace(result, fuzz=scores.balanced_accuracy)
     return result
 
 

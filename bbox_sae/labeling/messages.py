@@ -51,9 +51,7 @@ def comparison_line(c: Comparison) -> str:
     if c.better_model is None or c.median_dlogp is None:
         return f"- {c.model_a} and {c.model_b} predict these words equally well."
     worse = c.model_b if c.better_model == c.model_a else c.model_a
-    return (
-        f"- {c.better_model} predicts these words better than {worse} (median log-probability difference {abs(c.median_dlogp):.2f} nats)."
-    )
+    return f"- {c.better_model} predicts these words better than {worse} (median log-probability difference {abs(c.median_dlogp):.2f} nats)."
 
 
 def _messages(user: str) -> list[dict]:
@@ -71,10 +69,7 @@ def label_messages(feature: FeatureExamples, hint: str | None = None) -> list[di
     if hint:
         blocks.append(prompt("hint").substitute(rule=hint))
     user = prompt("label").substitute(
-        comparisons=comparisons,
-        examples_note=prompt("examples_note").template,
-        examples=examples,
-        extra="".join(f"\n{b}\n" for b in blocks),
+        comparisons=comparisons, examples_note=prompt("examples_note").template, examples=examples, extra="".join(f"\n{b}\n" for b in blocks)
     )
     return _messages(user)
 

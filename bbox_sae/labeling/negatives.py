@@ -80,19 +80,14 @@ def negative_rows(
     return out
 
 
-def draw_negatives(
-    src: FeatureSource, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None
-) -> pa.Table:
+def draw_negatives(src: FeatureSource, forms_of: dict[int, set[str]], contrast: int = 0, members_of: dict[int, list[int]] | None = None) -> pa.Table:
     """contexts.parquet-shaped rows (split `negative`, and `contrast` when `contrast` > 0) for the
     latents in `forms_of`, encoded by the features stage's encoder (`src`); `members_of`
     (`finding_members`) widens "inactive" to a latent's whole findings."""
     cfg, m = src.cfg, src.matrix
     examples = []
     if forms_of:
-        draws = [
-            ("negative", "holdout", cfg.label.validation_examples, cfg.seed, False),
-            ("contrast", "train", contrast, cfg.seed + 1, True),
-        ]
+        draws = [("negative", "holdout", cfg.label.validation_examples, cfg.seed, False), ("contrast", "train", contrast, cfg.seed + 1, True)]
         for split, pool_split, n, seed, same_only in draws:
             pool = m.rows_by_split[pool_split]
             if not (n and len(pool)):

@@ -92,9 +92,4 @@ def _report_failed_labels(base_url: str | None, stats: Stats, n_labels: int, lab
             f"label.base_url {base_url}: every label request failed ({stats.labels_failed} of {n_labels}: latents and latent findings): {why}; "
             f"the offline labels are kept in {labels_path}; check label.base_url and label.model, then re-run to retry"
         )
-    log.warning(
-        "label: %d of %d LLM label request(s) failed: %s; those keep their offline label; `bbox label` asks again",
-        stats.labels_failed,
-        n_labels,
-        why,
-    )
+    log.warning("label: %d of %d LLM label request(s) failed: %s; those keep their offline label; `bbox label` asks again", stats.labels_failed, n_labels, why)

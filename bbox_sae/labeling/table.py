@@ -23,9 +23,7 @@ LABEL_COLUMNS = {
     "label_recall": ("recall", pa.float64()),
     "fuzz_score": ("fuzz", pa.float64()),
 }
-LABEL_SCHEMA = pa.schema(
-    [("latent", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string())] + [(c, t) for c, (_, t) in LABEL_COLUMNS.items()]
-)
+LABEL_SCHEMA = pa.schema([("latent", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string())] + [(c, t) for c, (_, t) in LABEL_COLUMNS.items()])
 
 
 def labels_table(features: pa.Table, results: Mapping[int, LabelResult]) -> pa.Table:

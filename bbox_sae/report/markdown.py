@@ -77,9 +77,7 @@ def _md_domains(stats: dict) -> list[str]:
     lines = [
         "## Per domain",
         "",
-        "| domain | documents | words | "
-        + " | ".join([*(f"perplexity {_md(m)}" for m in models), *(f"mean Δlog p {_md(p)}" for p in pairs)])
-        + " |",
+        "| domain | documents | words | " + " | ".join([*(f"perplexity {_md(m)}" for m in models), *(f"mean Δlog p {_md(p)}" for p in pairs)]) + " |",
         "|---|---:|---:|" + "---:|" * (len(models) + len(pairs)),
     ]
     for name, s in domains.items():

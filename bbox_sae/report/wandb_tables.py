@@ -80,24 +80,17 @@ def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
         import wandb
 
         columns = wandb_columns(inputs.score_columns)
-        cells = [
-            wandb.Html(contexts_html(f, inputs.contexts, examples_for(f, cfg.report)), inject=False, data_is_not_path=True)
-            for f in inputs.features
-        ]
+        cells = [wandb.Html(contexts_html(f, inputs.contexts, examples_for(f, cfg.report)), inject=False, data_is_not_path=True) for f in inputs.features]
         rows = [_wandb_row(f, cell, columns) for f, cell in zip(inputs.features, cells)]
         payload = {
             "features": wandb.Table(columns=columns, data=rows, allow_mixed_types=True),
-            "kept_features": wandb.Table(
-                columns=columns, data=[r for r, f in zip(rows, inputs.features) if f["kept"]], allow_mixed_types=True
-            ),
+            "kept_features": wandb.Table(columns=columns, data=[r for r, f in zip(rows, inputs.features) if f["kept"]], allow_mixed_types=True),
             "corpus": wandb.Table(
                 columns=["model", "mean_logprob", "perplexity", "words"],
                 data=[[m, s.get("mean_logprob"), s.get("perplexity"), s.get("words")] for m, s in inputs.stats.get("models", {}).items()],
             ),
         }
-        payload["findings"] = wandb.Table(
-            columns=FINDING_COLUMNS, data=[[f.get(c) for c in FINDING_COLUMNS] for f in inputs.findings], allow_mixed_types=True
-        )
+        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=[[f.get(c) for c in FINDING_COLUMNS] for f in inputs.findings], allow_mixed_types=True)
         if inputs.sae_runs:
             payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value"], data=_sae_table_rows(inputs.sae_runs))
         for f in inputs.features:

@@ -77,9 +77,7 @@ class EndpointScorer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer)
         except OSError as err:
-            raise ConfigError(
-                f"model '{model_cfg.name}': cannot load tokenizer '{model_cfg.tokenizer}': {str(err).splitlines()[0]}"
-            ) from None
+            raise ConfigError(f"model '{model_cfg.name}': cannot load tokenizer '{model_cfg.tokenizer}': {str(err).splitlines()[0]}") from None
         return cls(model_cfg, tokenizer, api_key=api_key, seed=cfg.seed)
 
     def score(self, documents: Iterable[tuple[str, str]]) -> Iterator[TokenScores]:
@@ -169,14 +167,7 @@ class EndpointScorer:
         def on_retry(state) -> None:
             self.retries += 1
             failure = classify(state.outcome.exception(), self.cfg.timeout_s)
-            log.info(
-                "model '%s': document '%s': %s: %s; retrying in %.2f s",
-                self.name,
-                doc_id,
-                replica.url,
-                failure.description,
-                state.upcoming_sleep,
-            )
+            log.info("model '%s': document '%s': %s: %s; retrying in %.2f s", self.name, doc_id, replica.url, failure.description, state.upcoming_sleep)
 
         attempts = retrying(self.cfg, self.rng, on_retry)
         try:
@@ -210,9 +201,7 @@ class EndpointScorer:
             failure = classify(err, self.cfg.timeout_s)
             if failure.action != "retry":
                 self.failures += 1
-                raise EndpointError(
-                    f"model '{self.name}': document '{doc_id}': {replica.url} refused the request: {failure.description}"
-                ) from None
+                raise EndpointError(f"model '{self.name}': document '{doc_id}': {replica.url} refused the request: {failure.description}") from None
             ok = False
             raise
         finally:

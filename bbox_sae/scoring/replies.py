@@ -33,9 +33,7 @@ def echo_entries(choice, n_sent: int, max_tokens: int) -> tuple[list[str], list[
         raise Misaligned("the first echoed token has a log-prob, so it is not the first token sent")
     for j in range(n_sent - 1):
         if offsets[j + 1] != offsets[j] + len(tokens[j]):
-            raise Misaligned(
-                f"text_offset does not tile the echoed tokens at entry {j} ({offsets[j]} + {len(tokens[j])} != {offsets[j + 1]})"
-            )
+            raise Misaligned(f"text_offset does not tile the echoed tokens at entry {j} ({offsets[j]} + {len(tokens[j])} != {offsets[j + 1]})")
     return tokens[:n_sent], logprobs[:n_sent]
 
 

@@ -22,10 +22,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig, key_settings
-from bbox_sae.corpus.documents import (
-    shard_key,
-    shard_ranges,
-)
+from bbox_sae.corpus.documents import shard_key, shard_ranges
 from bbox_sae.corpus.ingest import ingest
 from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import ArtifactError, ScoringError
@@ -176,9 +173,7 @@ def throughput_line(name: str, d: dict) -> str:
     )
 
 
-def _score_shards(
-    model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats
-) -> None:
+def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, table: ShardedTable, todo: list, stats: ScoringStats) -> None:
     total_docs = sum(b - a for _, (a, b), _ in todo)
     with tqdm(total=total_docs, desc=f"score {model_cfg.name}", unit="doc", leave=False) as bar:
         for k, (a, b), key in todo:
@@ -244,9 +239,7 @@ def _cast_user_columns(src: Path, theirs: pa.Table) -> pa.Table:
             columns.append(theirs[field.name].cast(field.type))  # safe cast: 3.5 is no word index, 'abc' no log-prob
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
             problem = str(err).splitlines()[0]
-            raise ArtifactError(
-                f"{src}: column '{field.name}' ({theirs.schema.field(field.name).type}) cannot be read as {field.type}: {problem}"
-            ) from None
+            raise ArtifactError(f"{src}: column '{field.name}' ({theirs.schema.field(field.name).type}) cannot be read as {field.type}: {problem}") from None
     return pa.table(columns, schema=LOGPROB_SCHEMA)
 
 
@@ -255,13 +248,9 @@ def _user_files(src: Path) -> list[Path]:
     `_`-files, such as Spark's `_SUCCESS` or a temp file, left out)."""
     if not src.is_dir():
         return [src]
-    files = sorted(
-        p for p in src.rglob("*.parquet") if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(src).parts)
-    )
+    files = sorted(p for p in src.rglob("*.parquet") if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(src).parts))
     if not files:
-        raise ArtifactError(
-            f"{src}: folder holds no .parquet files (models[].path of a `source: parquet` model: a Parquet file or a folder of them)"
-        )
+        raise ArtifactError(f"{src}: folder holds no .parquet files (models[].path of a `source: parquet` model: a Parquet file or a folder of them)")
     return files
 
 

@@ -54,9 +54,7 @@ def save_inference_model(sae, paths: SaeRunLayout) -> None:
             with open(weights, "rb") as fh:
                 os.fsync(fh.fileno())
         except SAVE_ERRORS as err:
-            raise ArtifactError(
-                f"{paths.weights}: cannot write the trained SAE: {save_failure(err)}; free space, then `bbox train --resume`"
-            ) from None
+            raise ArtifactError(f"{paths.weights}: cannot write the trained SAE: {save_failure(err)}; free space, then `bbox train --resume`") from None
         cfg_data = json.loads(Path(cfg_path).read_text())
         os.replace(weights, paths.weights)
         atomic_write_json(paths.sae_config, cfg_data)
@@ -87,10 +85,7 @@ def checkpoint_key(cfg: Config) -> str:
     if key is not None:
         return key
     paths = cfg.paths
-    build = {
-        "build.json": sha256_file(paths.build_info),
-        **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)},
-    }
+    build = {"build.json": sha256_file(paths.build_info), **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)}}
     return hashlib.sha256(json.dumps({"settings": stage.settings(cfg), "build": build}, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -103,9 +98,7 @@ def resume_point(paths: SaeRunLayout, resume: bool, key: str) -> Path | None:
     except OSError:
         written_under = None
     if resume and written_under != key and _latest_checkpoint(paths.checkpoints) is not None:
-        log.warning(
-            "%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name
-        )
+        log.warning("%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name)
     latest = _latest_checkpoint(paths.checkpoints) if resume and written_under == key else None
     if latest is None and paths.checkpoints.exists():
         shutil.rmtree(paths.checkpoints)

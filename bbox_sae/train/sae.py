@@ -26,15 +26,7 @@ from bbox_sae.config import Config, SAEConfig
 from bbox_sae.errors import ArtifactError, NumericalError
 from bbox_sae.layout import SaeRunLayout, checkpoint_complete, logprob_column
 from bbox_sae.train.checkpoints import SAVE_ERRORS, checkpoint_key, resume_point, save_failure, save_inference_model, withdraw_model
-from bbox_sae.train.model import (
-    activation_frequency,
-    calibrate_batchtopk_threshold,
-    evaluate,
-    load_sae,
-    load_training_sae,
-    make_training_sae,
-    sample_mean,
-)
+from bbox_sae.train.model import activation_frequency, calibrate_batchtopk_threshold, evaluate, load_sae, load_training_sae, make_training_sae, sample_mean
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +39,7 @@ class RowBatches:
     uninterrupted one.
     """
 
-    def __init__(
-        self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0, weights: np.ndarray | None = None
-    ):
+    def __init__(self, matrix: np.ndarray, rows: np.ndarray, batch_size: int, seed: int, skip_batches: int = 0, weights: np.ndarray | None = None):
         if len(rows) == 0:
             raise ArtifactError("no training rows (is every document in the holdout split?)")
         self.matrix = matrix
@@ -155,8 +145,7 @@ def _split_rows(cfg: Config, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     train_rows, holdout_rows = rows[train], rows[split == "holdout"]
     if len(train_rows) == 0:
         raise ArtifactError(
-            f"{cfg.paths.index}: no training rows: all {len(holdout_rows)} rows are in the holdout split; "
-            "lower corpus.holdout_fraction or add documents"
+            f"{cfg.paths.index}: no training rows: all {len(holdout_rows)} rows are in the holdout split; lower corpus.holdout_fraction or add documents"
         )
     return train, train_rows, holdout_rows
 
@@ -196,9 +185,7 @@ def _trainer_config(cfg: Config, total_steps: int, batch: int, device: str, chec
     )
 
 
-def _make_trainer(
-    cfg: Config, sae, provider: RowBatches, total_steps: int, batch: int, device: str, paths: SaeRunLayout, latest: Path | None
-):
+def _make_trainer(cfg: Config, sae, provider: RowBatches, total_steps: int, batch: int, device: str, paths: SaeRunLayout, latest: Path | None):
     """The guarded trainer, at `latest`'s step when resuming, checkpointing every `sae.checkpoint_every` steps."""
 
     def mark_complete(checkpoint_path: Path | None) -> None:

@@ -116,9 +116,7 @@ def plot_summary(rows: list[dict], path: Path) -> Path:
         ax_ev.plot(d, [r["ev_holdout"] for r in sel], marker="o", label=f"k={k}")
         ax_dead.plot(d, [r["dead_fraction"] for r in sel], marker="o", label=f"k={k}")
         flagged = [r for r in sel if r["flags"]]
-        ax_ev.scatter(
-            [r["d_sae"] for r in flagged], [r["ev_holdout"] for r in flagged], s=150, facecolors="none", edgecolors="red", zorder=3
-        )
+        ax_ev.scatter([r["d_sae"] for r in flagged], [r["ev_holdout"] for r in flagged], s=150, facecolors="none", edgecolors="red", zorder=3)
     ax_ev.axhline(MIN_EV, color="red", lw=0.8, ls="--", label=f"flag: EV<{MIN_EV}")
     for ax, title in ((ax_ev, "held-out explained variance"), (ax_dead, "dead fraction (never fires on holdout)")):
         ax.set_xscale("log", base=2)
@@ -192,10 +190,7 @@ def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wa
             import wandb
 
             run.log(
-                {
-                    "sweep/summary": wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows]),
-                    "sweep/ev_dead_vs_d_sae": wandb.Image(str(png)),
-                }
+                {"sweep/summary": wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows]), "sweep/ev_dead_vs_d_sae": wandb.Image(str(png))}
             )
     _print_table(rows, f"Sweep {Path(path).name}: held-out metrics ({paths.sweep_summary_csv}, plot {png.name})")
     return rows
