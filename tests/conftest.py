@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -8,13 +7,10 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
+from helpers.assets import tiny_encoder_dir, tiny_lm_dir, tokenizer_dir  # noqa: E402
 
 # Tests use one thread: with another CPU-heavy process on these 2 cores, 2 threads run 5-10x slower.
 torch.set_num_threads(1)
-
-from assets import tiny_encoder_dir, tiny_lm_dir, tokenizer_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +28,23 @@ def tiny_lm():
 @pytest.fixture(scope="session")
 def tiny_encoder():
     return tiny_encoder_dir()
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for the report's browser tests (skipped where it is not installed)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import Error, sync_playwright
+
+    with sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        except Error as err:
+            pytest.skip(f"{CHROMIUM} failed to launch: {err.message.splitlines()[0]}")
+        yield chromium
+        chromium.close()

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.repo import REPO
 
 
 def run_bench(script: str, tmp_path: Path, *extra: str) -> dict:

@@ -22,86 +22,48 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bbox_sae import __version__
-from bbox_sae.artifacts import read_table
+from bbox_sae.artifacts import ShardedTable, read_table
 from bbox_sae.cli import main
-from bbox_sae.config import load_config
+from bbox_sae.layout import RunLayout
 from bbox_sae.pipeline import run_lock
 from bbox_sae.stages import STAGE_NAMES, read_manifest
-from bbox_sae.corpus.words import word_spans
+from helpers.cli import assert_one_line_error, bbox
+from helpers.project import TEXTS, USER_OFFSET, make_project, write_corpus, write_logprobs
 
-TEXTS = {
-    "d0": "The ships were late, and the men were tired.",
-    "d1": "Three hundred and 12 crowns, said the steward.",
-    "d2": "O Romeo, Romeo! wherefore art thou Romeo?",
-    "d3": "If you were here, the day would be bright.",
-    "d4": "As if it were nothing, he walked away — café.",
-    "d5": "Now is the winter of our discontent.",
-}
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-def write_corpus(path: Path, texts: dict[str, str]) -> None:
-    path.write_text("".join(json.dumps({"id": d, "text": t}, ensure_ascii=False) + "\n" for d, t in texts.items()))
-
-
-def write_logprobs(path: Path, texts: dict[str, str], offset: float = 0.0) -> None:
-    ids, idx, lp = [], [], []
-    for d, t in texts.items():
-        for i, _ in enumerate(word_spans(t)):
-            ids.append(d)
-            idx.append(i)
-            lp.append(-1.0 - offset - (i % 5) / 10)
-    pq.write_table(pa.table({"doc_id": ids, "word_idx": pa.array(idx, pa.int32()), "logprob": lp}), path)
-
-
 @pytest.fixture()
-def project(tmp_path, tiny_encoder):
-    write_corpus(tmp_path / "c.jsonl", TEXTS)
-    for m, offset in (("a", 0.0), ("b", 0.5)):
-        write_logprobs(tmp_path / f"{m}.parquet", TEXTS, offset)
-    cfg = {
-        "output_dir": str(tmp_path / "out"),
-        "corpus": {"path": str(tmp_path / "c.jsonl"), "shard_docs": 2, "holdout_fraction": 0.3},
-        "models": [{"name": m, "source": "parquet", "path": str(tmp_path / f"{m}.parquet")} for m in ("a", "b")],
-        "embedding": {"model": str(tiny_encoder), "window": 16, "stride": 8},
-        "wandb": {"mode": "disabled"},
-    }
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
-    return tmp_path
+def project(tmp_path):
+    return make_project(tmp_path)
 
 
-def bbox(capsys, *args) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(list(args))
-    return code, capsys.readouterr().err
+def write_user_logprobs(project, texts: dict[str, str]) -> None:
+    """Both users' log-prob files for `texts`, as make_project writes them."""
+    for i, model in enumerate(("a", "b")):
+        write_logprobs(project.logprob_file(model), texts, USER_OFFSET * i)
 
 
-def assert_one_line_error(code: int, err: str, *needles: str) -> str:
-    """Exit 2, and the error is one line, the last (`bbox run` prints its progress lines before it)."""
-    lines = err.strip().splitlines()
-    assert code == 2, (code, err)
-    assert "Traceback" not in err and lines and lines[-1].startswith("bbox: error: "), err
-    assert sum("error" in line for line in lines) == 1, err
-    for needle in needles:
-        assert needle in lines[-1], (needle, lines[-1])
-    return lines[-1]
+def run_until(capsys, project, stage: str = "build", *extra: str, out: Path | None = None) -> tuple[int, str]:
+    return bbox(capsys, "run", "-c", str(project.config), "--until", stage, *(("-o", str(out)) if out else ()), *extra)
 
 
-def run_until(capsys, root: Path, stage: str = "build", *extra: str, out: Path | None = None) -> tuple[int, str]:
-    return bbox(capsys, "run", "-c", str(root / "cfg.yaml"), "--until", stage, *(("-o", str(out)) if out else ()), *extra)
+# Written with the run's time or the command's own config, not derived from the inputs.
+_RUN = RunLayout(Path())
+NOT_COMPARED = {_RUN.manifest.name, _RUN.config.name, _RUN.embedding_stats.name, _RUN.score_stats(0, 1).name}
 
 
 def comparable(out: Path) -> dict[str, bytes]:
-    skip = {"manifest.json", "config.yaml", "stats.json", "stats-0of1.json"}
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name not in skip and not p.name.startswith(".")}
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name not in NOT_COMPARED and not p.name.startswith(".")}
 
 
-def assert_equals_fresh(capsys, root: Path, stage: str = "build") -> None:
-    code, err = run_until(capsys, root, stage, out=root / "fresh")
+def assert_equals_fresh(capsys, project, stage: str = "build") -> None:
+    fresh = project.root / "fresh"
+    code, err = run_until(capsys, project, stage, out=fresh)
     assert code == 0, err
-    mine, fresh = comparable(root / "out"), comparable(root / "fresh")
-    assert sorted(mine) == sorted(fresh)
-    assert [k for k in mine if mine[k] != fresh[k]] == []
+    mine, theirs = comparable(project.out), comparable(fresh)
+    assert sorted(mine) == sorted(theirs)
+    assert [k for k in mine if mine[k] != theirs[k]] == []
 
 
 # ---------------------------------------------------------------- edits between runs
@@ -110,7 +72,7 @@ def assert_equals_fresh(capsys, root: Path, stage: str = "build") -> None:
 def test_edited_document_same_word_count_is_re_embedded_and_rebuilt(project, capsys):
     assert run_until(capsys, project)[0] == 0
     edited = {**TEXTS, "d2": TEXTS["d2"].replace("wherefore", "whenceforth")}  # same word count
-    write_corpus(project / "c.jsonl", edited)
+    write_corpus(project.corpus, edited)
     code, err = run_until(capsys, project)
     assert code == 0, err
     assert "embed: up to date" not in err and "build: up to date" not in err
@@ -120,9 +82,8 @@ def test_edited_document_same_word_count_is_re_embedded_and_rebuilt(project, cap
 def test_edited_document_other_word_count_never_wedges_the_run(project, capsys):
     assert run_until(capsys, project)[0] == 0
     edited = {**TEXTS, "d1": TEXTS["d1"] + " And more words follow here."}
-    write_corpus(project / "c.jsonl", edited)
-    for m, offset in (("a", 0.0), ("b", 0.5)):
-        write_logprobs(project / f"{m}.parquet", edited, offset)
+    write_corpus(project.corpus, edited)
+    write_user_logprobs(project, edited)
     for force in ([], ["--force", "embed"], ["--force", "score"]):
         code, err = run_until(capsys, project, "build", *force)
         assert code == 0, err
@@ -134,72 +95,71 @@ def test_changed_split_settings_reach_words_build_and_features(project, capsys):
     for override in ("corpus.holdout_fraction=0.6", "seed=3"):
         code, err = run_until(capsys, project, "build", "--set", override)
         assert code == 0, err
-        out = project / "out"
-        documents, words = read_table(out / "documents.parquet"), read_table(out / "words")
+        documents, words = read_table(project.paths.documents), read_table(project.paths.words)
         split = dict(zip(documents["doc_id"].to_pylist(), documents["split"].to_pylist()))
         assert [split[d] for d in words["doc_id"].to_pylist()] == words["split"].to_pylist()
-        index = read_table(out / "build" / "index.parquet")
+        index = read_table(project.paths.index)
         assert [split[d] for d in index["doc_id"].to_pylist()] == index["split"].to_pylist()
     # What the user saw: features after a split change differed from a fresh run's.
     small = ("--set", "seed=3", "--set", "sae.d_sae=16", "--set", "sae.k=2", "--set", "sae.epochs=2")
     assert run_until(capsys, project, "features", *small)[0] == 0
-    assert run_until(capsys, project, "features", *small, out=project / "fresh")[0] == 0
-    for name in ("features.parquet", "findings.parquet", "top_activations.parquet"):
+    assert run_until(capsys, project, "features", *small, out=project.root / "fresh")[0] == 0
+    for name in ("features", "findings", "top_activations"):
         # Compared as JSON text: NaN statistics (too few holdout words) then compare equal.
-        mine, fresh = (json.dumps(read_table(project / d / name).to_pylist(), default=str) for d in ("out", "fresh"))
+        mine, fresh = (json.dumps(read_table(getattr(RunLayout(d), name)).to_pylist(), default=str) for d in (project.out, project.root / "fresh"))
         assert mine == fresh, name
 
 
 def test_rewritten_user_logprobs_are_reimported_and_rebuilt(project, capsys):
     assert run_until(capsys, project)[0] == 0
-    write_logprobs(project / "a.parquet", TEXTS, offset=2.0)  # same path, new values
+    write_logprobs(project.logprob_file("a"), TEXTS, offset=2.0)  # same path, new values
     code, err = run_until(capsys, project)
     assert code == 0, err
     assert "score: up to date" not in err and "build: up to date" not in err
-    index = read_table(project / "out" / "build" / "index.parquet")
+    index = read_table(project.paths.index)
     assert max(index["logprob__a"].to_pylist()) <= -3.0
     assert_equals_fresh(capsys, project)
 
 
 def test_bbox_score_reimport_then_run_rebuilds(project, capsys):
     assert run_until(capsys, project)[0] == 0
-    write_logprobs(project / "a.parquet", TEXTS, offset=2.0)
-    assert bbox(capsys, "score", "-c", str(project / "cfg.yaml"))[0] == 0
+    write_logprobs(project.logprob_file("a"), TEXTS, offset=2.0)
+    assert bbox(capsys, "score", "-c", str(project.config))[0] == 0
     code, err = run_until(capsys, project)
     assert code == 0 and "build: up to date" not in err, err
-    assert max(read_table(project / "out" / "build" / "index.parquet")["logprob__a"].to_pylist()) <= -3.0
+    assert max(read_table(project.paths.index)["logprob__a"].to_pylist()) <= -3.0
 
 
 def test_invalid_new_user_logprobs_stop_the_later_stages(project, capsys):
     assert run_until(capsys, project)[0] == 0
-    (project / "a.parquet").write_text("not parquet")
-    assert_one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), "a.parquet")
+    (project.logprob_file("a")).write_text("not parquet")
+    assert_one_line_error(*bbox(capsys, "score", "-c", str(project.config)), "a.parquet")
     # The previous log-probs are no longer current: build refuses them instead of exiting 0.
-    assert_one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'score'", "bbox score")
+    assert_one_line_error(*bbox(capsys, "build", "-c", str(project.config)), "stage 'score'", "bbox score")
 
 
 def test_stage_alone_refuses_inputs_out_of_date(project, capsys):
     assert run_until(capsys, project)[0] == 0
-    write_corpus(project / "c.jsonl", {**TEXTS, "d0": "Edited."})
-    assert_one_line_error(*bbox(capsys, "embed", "-c", str(project / "cfg.yaml")), "stage 'ingest'", "out of date", "documents.parquet")
+    write_corpus(project.corpus, {**TEXTS, "d0": "Edited."})
+    assert_one_line_error(*bbox(capsys, "embed", "-c", str(project.config)), "stage 'ingest'", "out of date", project.paths.documents.name)
 
 
 def test_refused_run_leaves_the_config_as_it_was(project, capsys):
     assert run_until(capsys, project, "ingest")[0] == 0
-    before = (project / "out" / "config.yaml").read_bytes()
-    with run_lock(project / "out"):
+    before = (project.paths.config).read_bytes()
+    with run_lock(project.out):
         assert_one_line_error(*run_until(capsys, project, "ingest", "--set", "sae.k=8"), "in use by another bbox run")
-    assert (project / "out" / "config.yaml").read_bytes() == before
+    assert (project.paths.config).read_bytes() == before
 
 
 @pytest.mark.parametrize("command", [["build"], ["eval", "coherence"]])
 def test_single_stage_command_refused_by_the_lock_leaves_the_config_as_it_was(project, capsys, command):
     assert run_until(capsys, project, "build")[0] == 0
-    before = (project / "out" / "config.yaml").read_bytes()
-    with run_lock(project / "out"):
-        code, err = bbox(capsys, *command, "-c", str(project / "cfg.yaml"), "--set", "sae.k=8")
+    before = (project.paths.config).read_bytes()
+    with run_lock(project.out):
+        code, err = bbox(capsys, *command, "-c", str(project.config), "--set", "sae.k=8")
         assert_one_line_error(code, err, "in use by another bbox run")
-    assert (project / "out" / "config.yaml").read_bytes() == before
+    assert (project.paths.config).read_bytes() == before
 
 
 def test_force_redoes_a_stage_and_those_after_it(project, capsys):
@@ -212,7 +172,7 @@ def test_force_redoes_a_stage_and_those_after_it(project, capsys):
 
 def test_stage_outputs_changed_by_hand_are_redone(project, capsys):
     assert run_until(capsys, project)[0] == 0
-    (project / "out" / "build" / "index.parquet").unlink()
+    (project.paths.index).unlink()
     code, err = run_until(capsys, project)
     assert code == 0 and "build: done" in err and "embed: up to date" in err
     assert_equals_fresh(capsys, project)
@@ -232,16 +192,16 @@ def test_operational_settings_redo_nothing_and_key_settings_redo_their_stage(pro
 
 
 def test_output_dir_that_is_a_file(project, capsys):
-    (project / "out").write_text("a file")
+    project.out.write_text("a file")
     for command in ("run", "ingest"):
-        assert_one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml")), f"output_dir {project / 'out'}: exists and is not a directory")
+        assert_one_line_error(*bbox(capsys, command, "-c", str(project.config)), f"output_dir {project.out}: exists and is not a directory")
 
 
 def test_output_dir_inside_a_file_is_one_line(project, capsys):
-    (project / "blocker").write_text("a file")
+    (project.root / "blocker").write_text("a file")
     for command in ("run", "ingest"):
-        line = assert_one_line_error(*bbox(capsys, command, "-c", str(project / "cfg.yaml"), "-o", str(project / "blocker" / "out")))
-        assert str(project / "blocker") in line, line
+        line = assert_one_line_error(*bbox(capsys, command, "-c", str(project.config), "-o", str(project.root / "blocker" / "out")))
+        assert str(project.root / "blocker") in line, line
 
 
 @pytest.mark.parametrize(
@@ -260,8 +220,8 @@ def test_os_errors_are_one_line_naming_the_path_and_the_run_recovers(project, ca
 
     monkeypatch.setattr(artifacts.os, "replace", failing)
     line = assert_one_line_error(*run_until(capsys, project), message)
-    assert str(project / "out" / "words" / "part-00000.parquet") in line
-    assert not list((project / "out" / "words").glob(".*.tmp"))  # the temp file is cleaned up
+    assert str(ShardedTable(project.paths.words).shard_path(0)) in line
+    assert not list(project.paths.words.glob(".*.tmp"))  # the temp file is cleaned up
     monkeypatch.setattr(artifacts.os, "replace", real)  # space freed / permission given back
     assert run_until(capsys, project)[0] == 0
     assert_equals_fresh(capsys, project)
@@ -269,7 +229,7 @@ def test_os_errors_are_one_line_naming_the_path_and_the_run_recovers(project, ca
 
 def test_unwritable_output_dir_is_one_line(project, capsys):
     # /proc refuses new entries even to root, as a read-only or foreign mount would.
-    assert_one_line_error(*bbox(capsys, "run", "-c", str(project / "cfg.yaml"), "-o", "/proc/bbox-out"), "/proc/bbox-out")
+    assert_one_line_error(*bbox(capsys, "run", "-c", str(project.config), "-o", "/proc/bbox-out"), "/proc/bbox-out")
 
 
 # ---------------------------------------------------------------- user data and --set values
@@ -286,11 +246,11 @@ def test_unwritable_output_dir_is_one_line(project, capsys):
     ],
 )
 def test_bad_set_values_are_one_line(project, capsys, override, needles):
-    assert_one_line_error(*bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), "--set", override), *needles)
+    assert_one_line_error(*bbox(capsys, "ingest", "-c", str(project.config), "--set", override), *needles)
 
 
 def test_boolean_fields_still_take_booleans(project):
-    cfg = load_config(project / "cfg.yaml", ["features.require_generalize=false", "label.json_mode=true"])
+    cfg = project.load("features.require_generalize=false", "label.json_mode=true")
     assert cfg.features.require_generalize is False and cfg.label.json_mode is True
 
 
@@ -307,9 +267,9 @@ SET_VALUES = st.one_of(
 @example(sets=[("sae.k", "[1,")])
 @FUZZ
 def test_set_fuzz_is_ok_or_one_line(project, capsys, sets):
-    shutil.rmtree(project / "out", ignore_errors=True)
+    shutil.rmtree(project.out, ignore_errors=True)
     args = [a for key, value in sets for a in ("--set", f"{key}={value}")]
-    code, err = bbox(capsys, "ingest", "-c", str(project / "cfg.yaml"), *args)
+    code, err = bbox(capsys, "ingest", "-c", str(project.config), *args)
     if code != 0:
         assert_one_line_error(code, err)
 
@@ -333,8 +293,8 @@ def test_user_parquet_fuzz_is_ok_or_one_line(project, capsys, doc_id, word_idx, 
     columns = {"doc_id": doc_id[:n], "word_idx": word_idx[:n], "logprob": logprob[:n]}
     if drop:
         del columns[drop]
-    pq.write_table(pa.table(columns), project / "a.parquet")
-    code, err = bbox(capsys, "score", "-c", str(project / "cfg.yaml"))
+    pq.write_table(pa.table(columns), project.logprob_file("a"))
+    code, err = bbox(capsys, "score", "-c", str(project.config))
     if code != 0:
         assert_one_line_error(code, err, "a.parquet")
 
@@ -349,13 +309,13 @@ def test_user_parquet_fuzz_is_ok_or_one_line(project, capsys, doc_id, word_idx, 
     ],
 )
 def test_uncastable_or_positive_user_logprobs(project, capsys, logprob, word_idx, needles):
-    pq.write_table(pa.table({"doc_id": ["d0"], "word_idx": word_idx, "logprob": logprob}), project / "a.parquet")
-    assert_one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), *needles)
+    pq.write_table(pa.table({"doc_id": ["d0"], "word_idx": word_idx, "logprob": logprob}), project.logprob_file("a"))
+    assert_one_line_error(*bbox(capsys, "score", "-c", str(project.config)), str(project.logprob_file("a")), *needles)
 
 
 def test_missing_user_parquet_is_named_as_such(project, capsys):
-    (project / "a.parquet").unlink()
-    line = assert_one_line_error(*bbox(capsys, "score", "-c", str(project / "cfg.yaml")), str(project / "a.parquet"), "log-prob file not found")
+    (project.logprob_file("a")).unlink()
+    line = assert_one_line_error(*bbox(capsys, "score", "-c", str(project.config)), str(project.logprob_file("a")), "log-prob file not found")
     assert "was the stage run" not in line
 
 
@@ -389,17 +349,17 @@ def test_version(capsys):
 
 
 def test_relative_paths_resolve_against_the_working_directory(project, capsys, monkeypatch):
-    cfg = yaml.safe_load((project / "cfg.yaml").read_text())
+    cfg = yaml.safe_load(project.config.read_text())
     cfg["corpus"]["path"] = "c.jsonl"
     cfg["output_dir"] = "rel-out"
-    (project / "rel.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
-    monkeypatch.chdir(project)
+    (project.root / "rel.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    monkeypatch.chdir(project.root)
     assert bbox(capsys, "ingest", "-c", "rel.yaml")[0] == 0
-    assert (project / "rel-out" / "documents.parquet").exists()
-    elsewhere = project / "elsewhere"
+    assert RunLayout(project.root / "rel-out").documents.exists()
+    elsewhere = project.root / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert_one_line_error(*bbox(capsys, "ingest", "-c", str(project / "rel.yaml")), "c.jsonl", "not found")
+    assert_one_line_error(*bbox(capsys, "ingest", "-c", str(project.root / "rel.yaml")), "c.jsonl", "not found")
 
 
 def test_documented_pyarrow_recipe_reads_a_sharded_table(project, capsys):
@@ -408,7 +368,7 @@ def test_documented_pyarrow_recipe_reads_a_sharded_table(project, capsys):
     assert run_until(capsys, project, "ingest")[0] == 0
     doc = (Path(__file__).parents[1] / "docs" / "artifacts.md").read_text()
     assert 'pyarrow.dataset.dataset(path, format="parquet", exclude_invalid_files=True)' in doc
-    words = project / "out" / "words"
+    words = project.paths.words
     assert list(words.glob("*.json"))  # the sidecars that broke the bare call
     table = pads.dataset(str(words), format="parquet", exclude_invalid_files=True).to_table()
     assert table.sort_by([("doc_id", "ascending"), ("word_idx", "ascending")]).equals(
@@ -425,7 +385,7 @@ def test_every_stage_has_a_command_and_run_runs_them_in_registry_order(project, 
     assert code == 0
     order = [line.split("]")[1].split(":")[0].strip() for line in err.splitlines() if line.startswith("[") and ": done" in line]
     assert order == STAGE_NAMES[: STAGE_NAMES.index("build") + 1]
-    assert sorted(read_manifest(project / "out")["stages"]) == sorted(order)
+    assert sorted(read_manifest(project.out)["stages"]) == sorted(order)
 
 
 def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monkeypatch):
@@ -435,9 +395,9 @@ def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monk
     assert run_until(capsys, project)[0] == 0
 
     def broken(cfg):
-        raise OSError(errno.EIO, "Input/output error", str(cfg.out / "embeddings"))
+        raise OSError(errno.EIO, "Input/output error", str(cfg.paths.embeddings))
 
     monkeypatch.setattr(embedding, "run_embed", broken)
     assert_one_line_error(*run_until(capsys, project, "build", "--force", "embed"), "embeddings", "Input/output error")
-    assert "embed" not in read_manifest(project / "out")["stages"]
-    assert_one_line_error(*bbox(capsys, "build", "-c", str(project / "cfg.yaml")), "stage 'embed'", "has not finished")
+    assert "embed" not in read_manifest(project.out)["stages"]
+    assert_one_line_error(*bbox(capsys, "build", "-c", str(project.config)), "stage 'embed'", "has not finished")

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from bbox_sae.config import CorpusConfig, config_from_dict
 from bbox_sae.corpus.documents import load_documents
 from bbox_sae.errors import CorpusError
+from helpers.project import make_project
 
 ROWS = [
     {"id": "ham-1", "text": "To be, or not to be, that is the question:", "domain": "play"},
@@ -367,17 +368,11 @@ def test_domain_reaches_documents_parquet(tmp_path):
     corpus.mkdir()
     pq.write_table(pa.table({"text": ["a play", "a poem"], "source": ["play", "poem"]}), corpus / "0.parquet")
     (corpus / "1.jsonl.zst").write_bytes(zstd_frames(jsonl_bytes([{"id": "x", "text": "more verse", "source": "poem"}])))
-    cfg = config_from_dict(
-        {
-            "output_dir": str(tmp_path / "out"),
-            "corpus": {"path": str(corpus), "domain_field": "source"},
-            "models": [{"name": m, "source": "parquet", "path": f"{m}.parquet"} for m in ("a", "b")],
-        }
-    )
+    cfg = make_project(tmp_path, docs=None, corpus={"path": str(corpus), "domain_field": "source"}).load()
     ingest(cfg)
-    documents = read_table(tmp_path / "out" / "documents.parquet")
+    documents = read_table(cfg.paths.documents)
     assert documents["domain"].to_pylist() == ["play", "poem", "poem"]
-    assert set(read_table(tmp_path / "out" / "words")["domain"].to_pylist()) == {"play", "poem"}
+    assert set(read_table(cfg.paths.words)["domain"].to_pylist()) == {"play", "poem"}
 
 
 def test_demo_corpus_domains_are_the_works(tmp_path):
@@ -396,13 +391,7 @@ def test_demo_corpus_domains_are_the_works(tmp_path):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     corpus = demo_corpus.build(tmp_path / "corpus")
-    cfg = config_from_dict(
-        {
-            "output_dir": str(tmp_path / "out"),
-            "corpus": {"path": str(corpus)},
-            "models": [{"name": m, "source": "parquet", "path": f"{m}.parquet"} for m in ("a", "b")],
-        }
-    )
+    cfg = make_project(tmp_path, docs=None, corpus={"path": str(corpus)}).load()
     documents = ingest(cfg)
     assert set(documents["domain"].to_pylist()) == {"hamlet", "sonnets"}
-    assert read_table(tmp_path / "out" / "documents.parquet")["domain"].null_count == 0
+    assert read_table(cfg.paths.documents)["domain"].null_count == 0

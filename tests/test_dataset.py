@@ -3,37 +3,33 @@ import pyarrow as pa
 import pytest
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_table
-from bbox_sae.config import config_from_dict
 from bbox_sae.corpus.documents import documents_table, Document, shard_ranges, words_table
 from bbox_sae.build.matrix import open_matrix, part_scales, performance_columns, run_build
 from bbox_sae.embedding.stage import embeddings_table
+from bbox_sae.layout import logprob_column
+from helpers.project import make_project
 
 
 def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7, nan_doc=None):
     rng = np.random.default_rng(0)
-    cfg = config_from_dict(
-        {
-            "output_dir": str(tmp_path / "out"),
-            "corpus": {"path": "x.jsonl", "shard_docs": 5},
-            "models": [{"name": n, "source": "parquet", "path": "x"} for n in ("a", "b", "c")],
-            "build": {"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows},
-            "wandb": {"mode": "disabled"},
-        }
-    )
+    # The scored words of a run, written here as ingest, score and embed would write them.
+    cfg = make_project(
+        tmp_path, docs=None, models=("a", "b", "c"), corpus={"shard_docs": 5}, build={"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows}
+    ).load()
     docs = [Document(f"d{i}", " ".join(f"w{j}" for j in range(rng.integers(1, 9)))) for i in range(n_docs)]
     documents = documents_table(docs, 0.3, 0, 5)
-    atomic_write_table(cfg.out / "documents.parquet", documents)
+    atomic_write_table(cfg.paths.documents, documents)
     for k, (s, e) in enumerate(shard_ranges(len(docs), 5)):
         part = documents.slice(s, e - s)
         words = words_table(part)
-        ShardedTable(cfg.out / "words").write(k, words)
+        ShardedTable(cfg.paths.words).write(k, words)
         vecs = [rng.normal(size=(int(np.sum(np.array(words["doc_id"].to_pylist()) == d)), dim)).astype(np.float32) for d in part["doc_id"].to_pylist()]
-        ShardedTable(cfg.out / "embeddings").write(k, embeddings_table(part["doc_id"].to_pylist(), vecs, "float32"))
+        ShardedTable(cfg.paths.embeddings).write(k, embeddings_table(part["doc_id"].to_pylist(), vecs, "float32"))
         for m in ("a", "b", "c"):
             lp = -rng.exponential(2.0, size=words.num_rows)
             if nan_doc is not None and m == "b":
                 lp[np.array(words["doc_id"].to_pylist()) == nan_doc] = np.nan
-            ShardedTable(cfg.out / "logprobs" / m).write(
+            ShardedTable(cfg.paths.logprobs(m)).write(
                 k, pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": pa.array(lp, pa.float64(), from_pandas=True)})
             )
     return cfg
@@ -87,5 +83,5 @@ def test_index_rows_line_up_with_the_logprobs(tmp_path):
     info = run_build(cfg)
     matrix, index, _ = open_matrix(cfg)
     d = info["d_embedding"]
-    lp = np.stack([index[f"logprob__{m}"].to_numpy() for m in ("a", "b", "c")], axis=1)
+    lp = np.stack([index[logprob_column(m)].to_numpy() for m in ("a", "b", "c")], axis=1)
     np.testing.assert_allclose(np.asarray(matrix[:, d:]) / info["scale_performance"], lp, rtol=1e-5)

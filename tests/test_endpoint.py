@@ -1,4 +1,4 @@
-"""EndpointScorer against a vLLM-shaped server backed by the local scorer (tests/fake_vllm.py)."""
+"""EndpointScorer against a vLLM-shaped server backed by the local scorer (tests/helpers/fake_vllm.py)."""
 
 import functools
 import json
@@ -12,18 +12,18 @@ import time
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from assets import REPO, tiny_lm_dir
-from bbox_sae.artifacts import read_table
-from bbox_sae.config import ModelConfig, config_from_dict
+from bbox_sae.artifacts import ShardedTable, read_table
+from bbox_sae.config import ModelConfig
 from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.base import plan_windows
 from bbox_sae.scoring.endpoint import EndpointScorer
 from bbox_sae.scoring.hf import HFScorer
 from bbox_sae.scoring.stage import merge, run_score, word_logprob_rows
-from fake_vllm import Backend, FakeVLLM
+from helpers.assets import REPO, tiny_lm_dir
+from helpers.fake_vllm import Backend, FakeVLLM
+from helpers.project import Project, make_project
 
 KINDS = ["smollm2", "gemma"]
 START = {"smollm2": "<|endoftext|>", "gemma": None}
@@ -203,22 +203,21 @@ def test_a_dead_replica_is_routed_around(backends, reference):
 # Two endpoint models ("a", "b"), each on its own smollm2 server, so requests count per model.
 
 
-def raw_config(tmp_path, servers, out="run", **model_kw):
-    corpus = tmp_path / "corpus.jsonl"
-    if not corpus.exists():
-        texts = [text for _, text in DOCS] + [f"Extra document {i}: café, naïve, 東京 {i}." for i in range(5)]
-        corpus.write_text("".join(json.dumps({"id": f"doc{i}", "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(texts)))
+def endpoint_project(tmp_path, servers, out="run", **model_kw) -> Project:
+    """The documents above and five more, each model served by its server; the run in `tmp_path/out`."""
+    texts = [text for _, text in DOCS] + [f"Extra document {i}: café, naïve, 東京 {i}." for i in range(5)]
     models = [
         {"name": name, "source": "endpoint", "endpoints": [url], "tokenizer": str(tiny_lm_dir("smollm2")), "served_model": "tiny",
          "start_token": START["smollm2"], "window": WINDOW, "stride": STRIDE, "backoff_base_s": 0.01, "timeout_s": 10.0, **model_kw}
         for name, url in servers.items()
     ]
-    return {"output_dir": str(tmp_path / out), "cache_dir": str(tmp_path / "cache"), "corpus": {"path": str(corpus), "shard_docs": 2}, "models": models}
+    docs = {f"doc{i}": t for i, t in enumerate(texts)}
+    return make_project(tmp_path, docs=docs, models=models, output_dir=str(tmp_path / out), config_name=f"{out}.yaml")
 
 
 def test_api_key_comes_from_the_environment(backends, tmp_path, monkeypatch):
     with FakeVLLM(backends["smollm2"], api_key="s3cret") as srv:
-        cfg = config_from_dict(raw_config(tmp_path, {"a": srv.url, "b": srv.url}, api_key_env="BBOX_TEST_KEY"))
+        cfg = endpoint_project(tmp_path, {"a": srv.url, "b": srv.url}, api_key_env="BBOX_TEST_KEY").load()
         monkeypatch.delenv("BBOX_TEST_KEY", raising=False)
         with pytest.raises(ConfigError, match="BBOX_TEST_KEY"):
             EndpointScorer.from_config(cfg.models[0], cfg)
@@ -228,12 +227,12 @@ def test_api_key_comes_from_the_environment(backends, tmp_path, monkeypatch):
         monkeypatch.setenv("BBOX_TEST_KEY", "s3cret")
         assert len(list(EndpointScorer.from_config(cfg.models[0], cfg).score(DOCS[:1]))) == 1
     with pytest.raises(ConfigError, match="needs `tokenizer`"):
-        config_from_dict(raw_config(tmp_path, {"a": srv.url, "b": srv.url}, tokenizer=None))
+        endpoint_project(tmp_path, {"a": srv.url, "b": srv.url}, tokenizer=None).load()
 
 
 def logprob_tables(cfg):
     return {
-        m.name: read_table(cfg.out / "logprobs" / m.name).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")]).to_pydict()
+        m.name: read_table(cfg.paths.logprobs(m.name)).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")]).to_pydict()
         for m in cfg.models
     }
 
@@ -241,19 +240,19 @@ def logprob_tables(cfg):
 def test_sharded_workers_fill_one_output_and_report_throughput(backends, tmp_path, capsys):
     with FakeVLLM(backends["smollm2"]) as a, FakeVLLM(backends["smollm2"]) as b:
         servers = {"a": a.url, "b": b.url}
-        cfg = config_from_dict(raw_config(tmp_path, servers))
+        cfg = endpoint_project(tmp_path, servers).load()
         a.faults = ["503"]
         first = run_score(cfg, shard_spec="0/2")
         second = run_score(cfg, shard_spec="1/2")
         merge(cfg)
-        whole = config_from_dict(raw_config(tmp_path, servers, out="whole"))
+        whole = endpoint_project(tmp_path, servers, out="whole").load()
         run_score(whole)
     assert logprob_tables(cfg) == logprob_tables(whole)
     for name in servers:
         assert first[name]["documents"] + second[name]["documents"] == 8
         assert first[name]["tokens"] > 0 and first[name]["tokens_per_s"] > 0
     assert first["a"]["retries"] == 1 and first["a"]["failures"] == 0
-    assert json.loads((cfg.out / "logprobs" / "stats-0of2.json").read_text()) == first
+    assert json.loads(cfg.paths.score_stats(0, 2).read_text()) == first
     err = capsys.readouterr().err
     assert f"score a: {first['a']['documents']} documents, {first['a']['tokens']} tokens in" in err
     assert "tokens/s), 1 retries, 0 failures" in err
@@ -262,35 +261,35 @@ def test_sharded_workers_fill_one_output_and_report_throughput(backends, tmp_pat
 def test_a_killed_worker_resumes_without_redoing_finished_shards(backends, tmp_path):
     with FakeVLLM(backends["smollm2"], delay_s=0.3) as a, FakeVLLM(backends["smollm2"], delay_s=0.3) as b:
         servers = {"a": a.url, "b": b.url}
-        raw = raw_config(tmp_path, servers, concurrency=1)
-        cfg = config_from_dict(raw)
-        (tmp_path / "config.yaml").write_text(yaml.safe_dump(raw))
+        project = endpoint_project(tmp_path, servers, concurrency=1)
+        cfg = project.load()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         worker = subprocess.Popen(
-            [sys.executable, "-m", "bbox_sae", "score", "-c", str(tmp_path / "config.yaml"), "--shard", "0/2"],
+            [sys.executable, "-m", "bbox_sae", "score", "-c", str(project.config), "--shard", "0/2"],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
-        done = cfg.out / "logprobs" / "a" / "part-00000.json"
+        a_shard, b_shard = (ShardedTable(cfg.paths.logprobs(m)).shard_path(0) for m in ("a", "b"))
+        done = a_shard.with_suffix(".json")  # the sidecar, written once the shard is
         deadline = time.monotonic() + 60
         while not done.exists() and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         assert done.exists(), worker.stderr.read().decode()[-2000:]
-        assert not (cfg.out / "logprobs" / "b" / "part-00000.json").exists()
-        finished = cfg.out / "logprobs" / "a" / "part-00000.parquet"
+        assert not b_shard.with_suffix(".json").exists()
+        finished = a_shard
         mtime = finished.stat().st_mtime_ns
         a.delay_s = b.delay_s = 0.0
         before = {"a": len(a.requests), "b": len(b.requests)}
         run_score(cfg, shard_spec="0/2")
         # worker 0 owns shards 0 and 2 (documents 0-1 and 4-5); only a's shard 0 was finished
-        docs = read_table(cfg.out / "documents.parquet")
+        docs = read_table(cfg.paths.documents)
         pairs = list(zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist()))
         assert len(a.requests) - before["a"] == n_windows("smollm2", pairs[4:6])
         assert len(b.requests) - before["b"] == n_windows("smollm2", pairs[0:2] + pairs[4:6])
         assert finished.stat().st_mtime_ns == mtime
         run_score(cfg, shard_spec="1/2")
         merge(cfg)
-        whole = config_from_dict(raw_config(tmp_path, servers, out="whole"))
+        whole = endpoint_project(tmp_path, servers, out="whole").load()
         run_score(whole)
     assert logprob_tables(cfg) == logprob_tables(whole)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from bbox_sae.artifacts import read_table
+from bbox_sae.layout import logprob_column
 from bbox_sae.features import cut_context, run_features
-from planted import planted_pipeline
 from bbox_sae.features.significance import (
     StreamingTopN,
     bh_qvalues,
@@ -22,6 +22,7 @@ from bbox_sae.features.significance import (
     sign_consistency,
     wilcoxon_p,
 )
+from helpers.planted import planted_pipeline
 
 
 @given(
@@ -112,15 +113,15 @@ def test_context_is_cut_at_word_boundaries():
 # ------------------------------------------------------------------ planted end-to-end
 
 @pytest.fixture(scope="module")
-def planted_run(tmp_path_factory, tiny_encoder):
-    return planted_pipeline(tmp_path_factory.mktemp("planted"), tiny_encoder, planted_delta=3.0)
+def planted_run(tmp_path_factory):
+    return planted_pipeline(tmp_path_factory.mktemp("planted"), planted_delta=3.0)
 
 
 def test_planted_difference_is_found_with_b_worse(planted_run):
     cfg, planted, words = planted_run
-    findings = read_table(cfg.out / "findings.parquet").to_pylist()
+    findings = read_table(cfg.paths.findings).to_pylist()
     assert findings, "the planted class must come out as a finding"
-    index = read_table(cfg.out / "build" / "index.parquet")
+    index = read_table(cfg.paths.index)
     planted_by_key = dict(zip(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()), planted))
     planted_rows = np.array([planted_by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
     from bbox_sae.evaluation import row_attributes
@@ -134,14 +135,14 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
         assert planted_rows[words_of].mean() >= 0.8, f"finding {f['rule']} is only {planted_rows[words_of].mean():.0%} planted words"
         assert f["better_model"] == "A" and f["holdout_median_dlogp"] == pytest.approx(3.0, abs=0.01)
         assert f["holdout_p_value"] < 1e-3 and f["holdout_ci_low"] > 2.0 and "were" in f["rule"]
-    features = read_table(cfg.out / "features.parquet")
+    features = read_table(cfg.paths.features)
     kept = features.filter(pc.field("kept")).to_pylist()
     assert kept and all(f["finding"] is not None and "were" in f["rule"] for f in kept)
     from bbox_sae.labeling import run_label
 
     run_label(cfg)  # the label stage draws the negatives for validation
     negatives = read_table(cfg.paths.label_negatives)
-    contexts = pa.concat_tables([read_table(cfg.out / "contexts.parquet"), negatives])
+    contexts = pa.concat_tables([read_table(cfg.paths.contexts), negatives])
     assert set(contexts["split"].to_pylist()) >= {"train", "holdout", "negative"}
     # Negatives are holdout words, never one of the latent's own top activations, at most
     # validation_examples per latent, all for labeled (kept) latents.
@@ -153,7 +154,7 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     per_latent = pc.value_counts(negatives["latent"]).to_pylist()
     assert per_latent and all(c["counts"] <= cfg.label.validation_examples for c in per_latent)
     assert {c["values"] for c in per_latent} <= {f["latent"] for f in kept}
-    assert contexts.num_rows > 0 and "logprob__A" in contexts.column_names
+    assert contexts.num_rows > 0 and logprob_column("A") in contexts.column_names
     from bbox_sae.evaluation import PlantedRule, score_recovery
 
     # The planted evaluation reports, per rule, how well its finding's statement tells the finding's
@@ -164,10 +165,10 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     recovery = score_recovery(cfg, cfg.out, [rule], {rule.name: planted_rows}, "sae")["per_rule"][rule.name]
     said = next(f for f in labeled_findings(cfg.paths) if f["finding"] == recovery["finding"])
     assert recovery["recovered"] and recovery["detection"] == said["detection"] >= 0.85 and recovery["label"] == said["statement"]
-    stats = json.loads((cfg.out / "corpus_stats.json").read_text())
+    stats = json.loads(cfg.paths.corpus_stats.read_text())
     assert stats["models"]["A"]["mean_logprob"] > stats["models"]["B"]["mean_logprob"]
     assert index.num_rows == stats["words"]
-    tested = read_table(cfg.out / "rules.parquet").to_pandas()
+    tested = read_table(cfg.paths.rules).to_pandas()
     assert len(tested) >= len(findings) and tested["passed"].sum() >= len(findings)
     # Rules too rare on train or holdout are not in the multiple-testing family.
     testable = tested[["holdout_n", "n_train"]].min(axis=1) >= cfg.features.min_activations
@@ -175,39 +176,39 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     assert np.allclose(tested.loc[testable, "q_value"], bh_qvalues(tested.loc[testable, "holdout_p_value"].to_numpy()), equal_nan=True)
 
 
-def test_identical_models_keep_nothing(tmp_path, tiny_encoder):
-    cfg, _, _ = planted_pipeline(tmp_path, tiny_encoder, planted_delta=0.0)
-    features = read_table(cfg.out / "features.parquet")
+def test_identical_models_keep_nothing(tmp_path):
+    cfg, _, _ = planted_pipeline(tmp_path, planted_delta=0.0)
+    features = read_table(cfg.paths.features)
     assert features.num_rows > 0
     assert not any(features["kept"].to_pylist())
 
 
 @pytest.mark.parametrize("features", [{"test": "rule", "ranking": "full"}, {"test": "top", "ranking": "blind"}])
-def test_a_noise_only_pair_keeps_nothing(tmp_path, tiny_encoder, features):
+def test_a_noise_only_pair_keeps_nothing(tmp_path, features):
     """A and B two noisy copies of one model (N(0, 1) each): the SAE's most extreme rows are noise; neither
     the rules they propose (tested on every holdout word they match) nor Δ-blind top words (tested on
     holdout) may pass."""
-    cfg, _, _ = planted_pipeline(tmp_path, tiny_encoder, planted_delta=0.0, noise=1.0, features=features)
-    assert read_table(cfg.out / "findings.parquet").num_rows == 0
-    assert not any(read_table(cfg.out / "features.parquet")["kept"].to_pylist())
+    cfg, _, _ = planted_pipeline(tmp_path, planted_delta=0.0, noise=1.0, features=features)
+    assert read_table(cfg.paths.findings).num_rows == 0
+    assert not any(read_table(cfg.paths.features)["kept"].to_pylist())
 
 
-def test_the_papers_selection_is_fooled_by_noise(tmp_path, tiny_encoder):
+def test_the_papers_selection_is_fooled_by_noise(tmp_path):
     """The same noise with the paper's test (holdout top words ranked on full rows, Δ included):
     rows chosen for their Δ pass a test on that Δ. This is why the defaults do not do it."""
-    cfg, _, _ = planted_pipeline(tmp_path, tiny_encoder, planted_delta=0.0, noise=1.0, features={"test": "top", "ranking": "full"})
-    assert any(read_table(cfg.out / "features.parquet")["kept"].to_pylist())
+    cfg, _, _ = planted_pipeline(tmp_path, planted_delta=0.0, noise=1.0, features={"test": "top", "ranking": "full"})
+    assert any(read_table(cfg.paths.features)["kept"].to_pylist())
 
 
 def test_baselines_run_on_the_same_rows(planted_run):
     cfg, _, _ = planted_run
     for baseline in ("random", "kmeans"):
         result = run_features(cfg, baseline=baseline)
-        features = read_table(cfg.out / "baselines" / baseline / "features.parquet")
+        features = read_table(cfg.paths.baseline(baseline).features)
         assert set(features["source"].to_pylist()) == {baseline}
         assert result["feature_rows"] == features.num_rows
         assert features.num_rows > 0
-    assert set(read_table(cfg.out / "features.parquet")["source"].to_pylist()) == {"sae"}
+    assert set(read_table(cfg.paths.features)["source"].to_pylist()) == {"sae"}
 
 
 def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):

@@ -16,15 +16,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
-from fake_openai import FakeOpenAI, json_reply, user_text
-from test_cli import TEXTS, assert_one_line_error, bbox, write_corpus, write_logprobs
 
 from bbox_sae.cli import main
 from bbox_sae.config import CorpusConfig
 from bbox_sae.corpus.documents import corpus_fingerprint, load_documents
 from bbox_sae.errors import ConfigError
+from bbox_sae.layout import RunLayout
 from bbox_sae.stages import read_manifest
+from helpers.cli import assert_one_line_error, bbox
+from helpers.fake_openai import FakeOpenAI, json_reply, user_text
+from helpers.project import TEXTS, Project, make_project
 
 # A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
 # false, so that the label stage has latents to label although nothing passes on six documents.
@@ -35,48 +36,27 @@ SMALL = {
 }
 
 
-def write_project(root: Path, encoder: Path, **changes) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    write_corpus(root / "c.jsonl", TEXTS)
-    for m, offset in (("a", 0.0), ("b", 0.5)):
-        write_logprobs(root / f"{m}.parquet", TEXTS, offset)
-    cfg = {
-        "output_dir": str(root / "out"),
-        "cache_dir": str(root / "cache"),
-        "corpus": {"path": str(root / "c.jsonl"), "shard_docs": 2, "holdout_fraction": 0.3},
-        "models": [{"name": m, "source": "parquet", "path": str(root / f"{m}.parquet")} for m in ("a", "b")],
-        "embedding": {"model": str(encoder), "window": 16, "stride": 8},
-        "wandb": {"mode": "disabled"},
-        **SMALL,
-        **changes,
-    }
-    (root / "cfg.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
-    return root / "cfg.yaml"
-
-
 @pytest.fixture()
-def project(tmp_path, tiny_encoder) -> Path:
-    write_project(tmp_path, tiny_encoder)
-    return tmp_path
+def project(tmp_path) -> Project:
+    return make_project(tmp_path, **SMALL)
 
 
 @pytest.fixture(scope="module")
-def through_features(tmp_path_factory, tiny_encoder) -> Path:
+def through_features(tmp_path_factory) -> Project:
     """One run up to `features`, copied by each test that needs it (`copy_of`)."""
-    root = tmp_path_factory.mktemp("through-features")
-    write_project(root, tiny_encoder)
-    assert main(["run", "-c", str(root / "cfg.yaml"), "--until", "features"]) == 0
-    return root
+    project = make_project(tmp_path_factory.mktemp("through-features"), **SMALL)
+    assert main(["run", "-c", str(project.config), "--until", "features"]) == 0
+    return project
 
 
-def copy_of(through_features: Path, tmp_path: Path) -> Path:
+def copy_of(through_features: Project, tmp_path: Path) -> RunLayout:
     """The finished run in a new output dir (copy2 keeps the times the manifest recorded)."""
-    shutil.copytree(through_features / "out", tmp_path / "out")
-    return tmp_path / "out"
+    shutil.copytree(through_features.out, tmp_path / "out")
+    return RunLayout(tmp_path / "out")
 
 
-def cli(capsys, command: str, root: Path, *args: str, out: Path | None = None) -> tuple[int, str]:
-    return bbox(capsys, command, "-c", str(root / "cfg.yaml"), *(("-o", str(out)) if out else ()), *args)
+def cli(capsys, command: str, project: Project, *args: str, out: Path | None = None) -> tuple[int, str]:
+    return bbox(capsys, command, "-c", str(project.config), *(("-o", str(out)) if out else ()), *args)
 
 
 # ---------------------------------------------------------------- 8: an unreachable labeler
@@ -102,10 +82,10 @@ def sensible_judge(body: dict, index: int):
 def test_unreachable_labeler_keeps_the_offline_labels_fails_in_one_line_and_is_retried(through_features, tmp_path, capsys):
     out = copy_of(through_features, tmp_path)
     unreachable = closed_port_url()
-    code, err = cli(capsys, "label", through_features, "--set", f"label.base_url={unreachable}", "--set", "label.model=x", out=out)
+    code, err = cli(capsys, "label", through_features, "--set", f"label.base_url={unreachable}", "--set", "label.model=x", out=out.root)
     line = assert_one_line_error(code, err, "label.base_url", unreachable, "every label request failed", "connection failed")
-    labels = pq.read_table(out / "labels.parquet").to_pylist()
-    stats = json.loads((out / "labels" / "labels.json").read_text())
+    labels = pq.read_table(out.labels).to_pylist()
+    stats = json.loads(out.label_stats.read_text())
     # Latent findings are offered to the LLM too: the count covers latents and latent findings.
     n = stats["features"] + stats["findings_offered_to_llm"]
     assert stats["features"] > 0 and f"({n} of {n}: latents and latent findings)" in line
@@ -115,13 +95,13 @@ def test_unreachable_labeler_keeps_the_offline_labels_fails_in_one_line_and_is_r
     assert labels and all(r["label"] and r["label_source"] in ("rule", "heuristic") for r in labels)
     assert all("llm:x gave no label, the offline one is kept" in r["label_reason"] for r in labels)
     # Not recorded as done: the report refuses, and the next run asks the labeler again.
-    assert "label" not in read_manifest(out)["stages"]
-    assert_one_line_error(*cli(capsys, "report", through_features, out=out), "stage 'label'", "has not finished")
+    assert "label" not in read_manifest(out.root)["stages"]
+    assert_one_line_error(*cli(capsys, "report", through_features, out=out.root), "stage 'label'", "has not finished")
     with FakeOpenAI(sensible_judge) as server:
-        code, err = cli(capsys, "run", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out)
+        code, err = cli(capsys, "run", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out.root)
     assert code == 0, err
-    assert "label" in read_manifest(out)["stages"] and (out / "report.html").exists()
-    assert {r["label"] for r in pq.read_table(out / "labels.parquet").to_pylist()} == {"words the judge names"}
+    assert "label" in read_manifest(out.root)["stages"] and out.report_html.exists()
+    assert {r["label"] for r in pq.read_table(out.labels).to_pylist()} == {"words the judge names"}
 
 
 def test_some_failed_labels_keep_their_offline_label_and_are_counted(through_features, tmp_path, capsys, caplog):
@@ -134,11 +114,11 @@ def test_some_failed_labels_keep_their_offline_label_and_are_counted(through_fea
         return reply
 
     with FakeOpenAI(first_label_fails) as server, caplog.at_level(logging.WARNING):
-        code, err = cli(capsys, "label", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out)
+        code, err = cli(capsys, "label", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out.root)
     assert code == 0, err
-    stats = json.loads((out / "labels" / "labels.json").read_text())
+    stats = json.loads(out.label_stats.read_text())
     assert stats["labels_failed"] == 1 and list(stats["label_errors"]) == ["label request failed after 1 attempt(s): HTTP 500: scripted 500"]
-    rows = pq.read_table(out / "labels.parquet").to_pylist()
+    rows = pq.read_table(out.labels).to_pylist()
     offline = [r for r in rows if r["label_source"] in ("rule", "heuristic")]
     assert len(offline) == 1 and "HTTP 500" in offline[0]["label_reason"] and offline[0]["label"]
     assert [r.message for r in caplog.records if r.levelno >= logging.WARNING and "LLM label" in r.getMessage()]
@@ -166,19 +146,19 @@ def test_disk_full_while_checkpointing_is_one_line_and_training_resumes(project,
     with monkeypatch.context() as m:
         m.setattr(target, raiser)
         line = assert_one_line_error(*cli(capsys, "train", project), "cannot write the training checkpoint", needle)
-    checkpoints = project / "out" / "sae" / "topk-d16-k2" / "checkpoints"
+    checkpoints = project.load().sae_paths.checkpoints
     assert str(checkpoints) in line and "bbox train --resume" in line
     assert not [p for p in checkpoints.iterdir() if p.is_dir()]  # the half-written checkpoint is gone: resume can never pick it
     code, err = cli(capsys, "run", project, "--until", "train")  # space freed
     assert code == 0, err
-    assert (project / "out" / "sae" / "topk-d16-k2" / "sae_weights.safetensors").exists()
+    assert project.load().sae_paths.weights.exists()
 
 
 def test_disk_full_while_saving_the_trained_sae_is_one_line(project, capsys, monkeypatch):
     assert cli(capsys, "run", project, "--until", "build")[0] == 0
     monkeypatch.setattr("sae_lens.saes.sae.save_file", safetensors_full)
     line = assert_one_line_error(*cli(capsys, "train", project, "--set", "sae.checkpoint_every=1000"), "no space left on device")
-    assert str(project / "out" / "sae" / "topk-d16-k2" / "sae_weights.safetensors") in line
+    assert str(project.load().sae_paths.weights) in line
 
 
 # ---------------------------------------------------------------- 10, 11: encoder layer, devices
@@ -226,12 +206,11 @@ def test_a_cuda_device_index_past_the_visible_gpus_is_a_config_error(monkeypatch
     (b"just some text, not a model\n", "not a GGUF file"),
     (b"GGUF\x03\x00\x00\x00garbage", "cannot load GGUF"),  # the magic, then nothing a reader can parse
 ])
-def test_a_file_that_is_not_gguf_is_one_line_naming_it(tmp_path, capsys, tiny_encoder, content, needle):
+def test_a_file_that_is_not_gguf_is_one_line_naming_it(tmp_path, capsys, content, needle):
     fake = tmp_path / "model.gguf"
     fake.write_bytes(content)
-    models = [{"name": "a", "source": "parquet", "path": str(tmp_path / "a.parquet")}, {"name": "g", "source": "gguf", "path": str(fake)}]
-    write_project(tmp_path, tiny_encoder, models=models)
-    line = assert_one_line_error(*cli(capsys, "score", tmp_path), needle)
+    project = make_project(tmp_path, models=["a", {"name": "g", "source": "gguf", "path": str(fake)}], **SMALL)
+    line = assert_one_line_error(*cli(capsys, "score", project), needle)
     assert str(fake) in line
 
 
@@ -255,11 +234,11 @@ def test_malformed_usage_in_a_reply_is_ignored_with_a_warning_and_the_label_stay
         return reply
 
     with FakeOpenAI(bad_usage) as server, caplog.at_level(logging.WARNING):
-        code, err = cli(capsys, "label", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out)
+        code, err = cli(capsys, "label", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out.root)
     assert code == 0, err
-    stats = json.loads((out / "labels" / "labels.json").read_text())
+    stats = json.loads(out.label_stats.read_text())
     assert stats["malformed_usage"] == len(server.requests) > 0 and stats["prompt_tokens"] == 0
-    assert {r["label"] for r in pq.read_table(out / "labels.parquet").to_pylist()} == {"words the judge names"}
+    assert {r["label"] for r in pq.read_table(out.labels).to_pylist()} == {"words the judge names"}
     warnings = [r.getMessage() for r in caplog.records if "usage is not token counts" in r.getMessage()]
     assert len(warnings) == 1  # once per run, not once per reply
 
@@ -276,8 +255,8 @@ def test_disk_full_while_writing_the_build_index_names_the_file(project, capsys,
 
     monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
     line = assert_one_line_error(*cli(capsys, "build", project), "No space left on device")
-    assert line.startswith(f"bbox: error: {project / 'out' / 'build' / 'index.parquet'}: ")
-    assert not [p.name for p in (project / "out" / "build").iterdir() if ".tmp" in p.name]  # temp files removed
+    assert line.startswith(f"bbox: error: {project.paths.index}: ")
+    assert not [p.name for p in project.paths.build.iterdir() if ".tmp" in p.name]  # temp files removed
     monkeypatch.setattr(pq.ParquetWriter, "write_table", real)
     code, err = cli(capsys, "build", project)
     assert code == 0, err
@@ -287,8 +266,8 @@ def test_disk_full_while_writing_the_build_index_names_the_file(project, capsys,
 
 
 def test_a_folder_of_parquet_files_is_read_as_one_source_parquet_model(project, capsys):
-    whole = pq.read_table(project / "b.parquet")
-    folder = project / "b-parts"
+    whole = pq.read_table(project.logprob_file("b"))
+    folder = project.root / "b-parts"
     folder.mkdir()
     half = whole.num_rows // 2
     pq.write_table(whole.slice(0, half), folder / "part-0.parquet")
@@ -296,22 +275,23 @@ def test_a_folder_of_parquet_files_is_read_as_one_source_parquet_model(project, 
     (folder / "_SUCCESS").write_text("")
     code, err = cli(capsys, "run", project, "--until", "build")
     assert code == 0, err
-    from_file = pq.read_table(project / "out" / "build" / "index.parquet")
-    code, err = cli(capsys, "run", project, "--until", "build", "--set", f"models.1.path={folder}", out=project / "from-folder")
+    from_file = pq.read_table(project.paths.index)
+    from_folder = RunLayout(project.root / "from-folder")
+    code, err = cli(capsys, "run", project, "--until", "build", "--set", f"models.1.path={folder}", out=from_folder.root)
     assert code == 0, err
-    assert pq.read_table(project / "from-folder" / "build" / "index.parquet").equals(from_file)
+    assert pq.read_table(from_folder.index).equals(from_file)
 
 
 def test_a_folder_without_parquet_files_says_a_file_or_folder_of_them_is_expected(project, capsys):
-    (project / "empty").mkdir()
-    line = assert_one_line_error(*cli(capsys, "run", project, "--until", "score", "--set", f"models.1.path={project / 'empty'}"), "no .parquet files")
-    assert "was the stage run" not in line and str(project / "empty") in line
+    (project.root / "empty").mkdir()
+    line = assert_one_line_error(*cli(capsys, "run", project, "--until", "score", "--set", f"models.1.path={project.root / 'empty'}"), "no .parquet files")
+    assert "was the stage run" not in line and str(project.root / "empty") in line
 
 
 def test_a_bad_file_in_a_user_folder_is_named(project, capsys):
-    folder = project / "b-parts"
+    folder = project.root / "b-parts"
     folder.mkdir()
-    shutil.copy(project / "b.parquet", folder / "part-0.parquet")
+    shutil.copy(project.logprob_file("b"), folder / "part-0.parquet")
     pq.write_table(pa.table({"doc_id": ["d0"], "word_idx": pa.array([0], pa.int32())}), folder / "part-1.parquet")
     assert_one_line_error(*cli(capsys, "run", project, "--until", "score", "--set", f"models.1.path={folder}"), str(folder / "part-1.parquet"), "logprob")
 
@@ -320,11 +300,11 @@ def test_a_bad_file_in_a_user_folder_is_named(project, capsys):
 
 
 def test_a_csv_corpus_is_refused_in_one_line(project, capsys):
-    csv = project / "corpus.csv"
+    csv = project.root / "corpus.csv"
     csv.write_text("id,text\n" + "".join(f"{d},{t.replace(',', '')}\n" for d, t in TEXTS.items()))
     line = assert_one_line_error(*cli(capsys, "run", project, "--until", "score", "--set", f"corpus.path={csv}"), str(csv), "CSV")
     assert "Parquet or JSONL" in line
-    assert not (project / "out" / "documents.parquet").exists()
+    assert not project.paths.documents.exists()
 
 
 # ---------------------------------------------------------------- 18: symlinked folders in a corpus

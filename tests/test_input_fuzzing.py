@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,8 @@ from bbox_sae.config import Config, CorpusConfig, load_config
 from bbox_sae.corpus.documents import load_documents
 from bbox_sae.errors import BBoxError, ConfigError, CorpusError
 from bbox_sae.corpus.words import split_words
+from helpers.cli import bbox_process
+from helpers.project import make_project
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 BIG_INT = "9" * 5000  # past Python's int-parsing limit (4300 digits): json/yaml raise ValueError
@@ -338,21 +338,13 @@ def test_nul_in_a_path_is_a_config_error(tmp_path):
 # ---------------------------------------------------------------- the CLI: one line, no traceback, nothing trusted left behind
 
 
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "bbox_sae", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+def _cli(*args):
+    return bbox_process(*args, timeout=120)
 
 
-def _write_config(tmp_path, corpus: Path, **top) -> Path:
-    cfg = {
-        "output_dir": str(tmp_path / "out"),
-        "corpus": {"path": str(corpus), "shard_docs": 2},
-        "models": [{"name": "a", "source": "parquet", "path": str(tmp_path / "a.parquet")}, {"name": "b", "source": "parquet", "path": str(tmp_path / "b.parquet")}],
-        "wandb": {"mode": "disabled"},
-        **top,
-    }
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+def _project(tmp_path):
+    """Two users' log-prob files the tests write themselves, and a corpus they write at `project.corpus`."""
+    return make_project(tmp_path, docs=None, embedding=None)
 
 
 def _assert_one_line_error(proc, *needles):
@@ -373,13 +365,13 @@ def _assert_one_line_error(proc, *needles):
     ],
 )
 def test_cli_bad_corpus_is_one_line_and_leaves_no_claim_of_success(tmp_path, content, needle):
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_bytes(content)
-    proc = _cli("score", "--config", str(_write_config(tmp_path, corpus)))
-    _assert_one_line_error(proc, str(corpus) + needle)
-    out = tmp_path / "out"
-    assert not (out / "documents.parquet").exists() and not (out / "ingest.json").exists()
-    assert not (out / "words").exists() or not list((out / "words").glob("part-*"))
+    project = _project(tmp_path)
+    project.corpus.write_bytes(content)
+    proc = _cli("score", "--config", str(project.config))
+    _assert_one_line_error(proc, str(project.corpus) + needle)
+    paths = project.paths
+    assert not paths.documents.exists() and not paths.ingest_marker.exists()
+    assert not paths.words.exists() or not list(paths.words.glob("part-*"))
 
 
 def test_cli_corpus_turned_bad_after_a_good_ingest_leaves_nothing_stale(tmp_path):
@@ -387,27 +379,27 @@ def test_cli_corpus_turned_bad_after_a_good_ingest_leaves_nothing_stale(tmp_path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    corpus = tmp_path / "c.jsonl"
+    project = _project(tmp_path)
+    corpus, config = project.corpus, project.config
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"doc {i} says hi"}) + "\n" for i in range(3)))
-    config = _write_config(tmp_path, corpus)
     from bbox_sae.artifacts import read_table
     from bbox_sae.corpus.ingest import ingest
 
     cfg = load_config(config)
     ingest(cfg)
-    words = read_table(cfg.out / "words")
+    words = read_table(cfg.paths.words)
     for m in ("a", "b"):
-        pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": [-1.0] * words.num_rows}), tmp_path / f"{m}.parquet")
+        pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": [-1.0] * words.num_rows}), project.logprob_file(m))
     ok = _cli("score", "--config", str(config))
     assert ok.returncode == 0, ok.stderr
-    assert (cfg.out / "ingest.json").exists()
+    assert cfg.paths.ingest_marker.exists()
     corpus.write_bytes(b'{"id": "d0", "text": "changed"}\n\xff\n')
     proc = _cli("score", "--config", str(config))
     _assert_one_line_error(proc, f"{corpus}:2: not valid UTF-8")
-    assert not (cfg.out / "documents.parquet").exists() and not (cfg.out / "ingest.json").exists()
+    assert not cfg.paths.documents.exists() and not cfg.paths.ingest_marker.exists()
     # A later stage run on its own now refuses instead of embedding the old corpus.
     embed = _cli("embed", "--config", str(config))
-    _assert_one_line_error(embed, "documents.parquet")
+    _assert_one_line_error(embed, cfg.paths.documents.name)
 
 
 def test_cli_bad_config_is_one_line(tmp_path):

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from fake_openai import FakeOpenAI, Reply, json_reply, user_text
+from helpers.fake_openai import FakeOpenAI, Reply, json_reply, user_text
 
 from bbox_sae.config import config_from_dict
 from bbox_sae.errors import ArtifactError, ConfigError, EndpointError
@@ -84,10 +84,10 @@ def write_fixture(out: Path, latents: list[dict]) -> None:
                 for k, v in row.items():
                     ctxs[k].append(v)
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(feats, schema=FEATURE_SCHEMA), out / "features.parquet")
+    pq.write_table(pa.table(feats, schema=FEATURE_SCHEMA), RunLayout(out).features)
     contexts = pa.table(ctxs, schema=CONTEXT_SCHEMA)
     negative = pc.is_in(contexts["split"], value_set=pa.array(["negative", "contrast"]))
-    pq.write_table(contexts.filter(pc.invert(negative)), out / "contexts.parquet")
+    pq.write_table(contexts.filter(pc.invert(negative)), RunLayout(out).contexts)
     pq.write_table(contexts.filter(negative), out / NEGATIVES)
 
 
@@ -159,7 +159,7 @@ def labels(tmp: Path) -> dict[int, dict]:
 
 
 def stats(tmp: Path) -> dict:
-    return json.loads((tmp / "labels" / "labels.json").read_text())
+    return json.loads(RunLayout(tmp).label_stats.read_text())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,27 +314,27 @@ def test_rerun_is_served_from_cache_and_idempotent(tmp_path):
     with FakeOpenAI(smart) as server:
         cfg = llm_cfg(tmp_path, server)
         run_label(cfg)
-        first = pq.read_table(tmp_path / "labels.parquet")
+        first = pq.read_table(RunLayout(tmp_path).labels)
         sent = len(server.requests)
         result = run_label(cfg)
     assert sent == 4 and len(server.requests) == 4  # nothing sent the second time
     assert result["cache_hits"] == 4 and result["requests"] == 0 and result["prompt_tokens"] == 0
-    assert len(list((tmp_path / "labels" / "cache").glob("*.json"))) == 4
-    second = pq.read_table(tmp_path / "labels.parquet")
+    assert len(list(RunLayout(tmp_path).label_cache.glob("*.json"))) == 4
+    second = pq.read_table(RunLayout(tmp_path).labels)
     assert second.column_names == first.column_names and second.equals(first)
 
 
 def test_dry_run_prints_prompts_and_sends_nothing(tmp_path, capsys):
     write_fixture(tmp_path, [simple_latent(1)])
-    before = (tmp_path / "features.parquet").read_bytes()
+    before = RunLayout(tmp_path).features.read_bytes()
     with FakeOpenAI(smart) as server:
         result = run_label(llm_cfg(tmp_path, server, dry_run=True))
     printed = capsys.readouterr().out
     assert server.requests == []
     assert "latent 1" in printed and "ctx1 example 0<< alpha>> end" in printed
     assert result["dry_run"] is True and result["requests"] == 0
-    assert (tmp_path / "features.parquet").read_bytes() == before
-    assert not (tmp_path / "labels").exists()
+    assert RunLayout(tmp_path).features.read_bytes() == before
+    assert not RunLayout(tmp_path).labels_dir.exists()
 
 
 def test_rejected_credentials_stop_the_run(tmp_path):

@@ -9,10 +9,11 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from fake_openai import FakeOpenAI, json_reply, user_text
+from helpers.fake_openai import FakeOpenAI, json_reply, user_text
 from test_labeling import WERE_AFTER_IF, fixture_negatives, is_detection, labels, llm_cfg, numbered_lines, simple_latent, smart, write_fixture  # noqa: F401
 
 from bbox_sae.labeling import detection_scores, run_label
+from bbox_sae.layout import RunLayout
 
 
 def is_fuzz(body: dict) -> bool:
@@ -127,11 +128,11 @@ def test_second_run_is_served_entirely_from_the_cache(tmp_path):
     with FakeOpenAI(fuzz_aware) as server:
         cfg = llm_cfg(tmp_path, server, fuzz_examples=6)
         first = run_label(cfg)
-        before = pq.read_table(tmp_path / "labels.parquet")
+        before = pq.read_table(RunLayout(tmp_path).labels)
         second = run_label(cfg)
     assert first["requests"] == 6 and len(server.requests) == 6  # label, detection, fuzzing per latent
     assert second["requests"] == 0 and second["cache_hits"] == 6 and second["prompt_tokens"] == 0
-    assert pq.read_table(tmp_path / "labels.parquet").equals(before)
+    assert pq.read_table(RunLayout(tmp_path).labels).equals(before)
     assert all(r["fuzz_score"] == 1.0 for r in labels(tmp_path).values())
-    cached = [json.loads(p.read_text()) for p in (tmp_path / "labels" / "cache").glob("*.json")]
+    cached = [json.loads(p.read_text()) for p in RunLayout(tmp_path).label_cache.glob("*.json")]
     assert sorted(c["kind"] for c in cached) == ["detect", "detect", "fuzz", "fuzz", "label", "label"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bbox_sae.artifacts import read_table
-from planted import planted_pipeline, planted_rows
+from helpers.planted import planted_pipeline, planted_rows
 
 ANIMALS = (
     "cat dog horse cow sheep goat pig mouse rabbit fox wolf bear deer lion tiger monkey donkey duck goose hen owl eagle "
@@ -34,8 +34,8 @@ def is_animal(words: list[str], idx: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def animal_run(tmp_path_factory, tiny_encoder):
-    cfg, planted, words = planted_pipeline(tmp_path_factory.mktemp("animals"), tiny_encoder, planted_delta=3.0, docs=animal_corpus(), is_planted=is_animal)
+def animal_run(tmp_path_factory):
+    cfg, planted, words = planted_pipeline(tmp_path_factory.mktemp("animals"), planted_delta=3.0, docs=animal_corpus(), is_planted=is_animal)
     return cfg, planted_rows(cfg, planted, words)
 
 
@@ -75,7 +75,7 @@ def test_an_llm_names_a_latent_finding_and_its_name_is_tested_on_held_out_words(
     judge reading just the name picks the finding's held-out words from the near misses."""
     import re
 
-    from fake_openai import FakeOpenAI, json_reply, user_text
+    from helpers.fake_openai import FakeOpenAI, json_reply, user_text
 
     from bbox_sae.labeling import run_label
     from bbox_sae.labeling.finding_statements import labeled_findings

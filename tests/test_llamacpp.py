@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from assets import ASSETS
+from helpers.assets import ASSETS
 from bbox_sae.config import ModelConfig
 from bbox_sae.errors import EndpointError
 from bbox_sae.models import convert_gguf, load_causal_lm, resolve_gguf

@@ -10,6 +10,7 @@ from test_labeling import COMMA_BEFORE_NAME, NEWLINE_RUNS, WERE_AFTER_IF, fixtur
 from test_llamacpp import gguf, server  # noqa: F401  (the llama_cpp.server fixture)
 
 from bbox_sae.labeling import run_label
+from bbox_sae.layout import RunLayout
 
 pytestmark = [
     pytest.mark.llamacpp,
@@ -25,7 +26,7 @@ def test_labels_features_through_a_real_openai_compatible_server(server, tmp_pat
         concurrency=1, max_retries=2, timeout_s=300, examples=5, fuzz_examples=2, contrast_examples=2,
     )
     first = run_label(cfg)
-    answered = len(list((tmp_path / "labels" / "cache").glob("*.json")))
+    answered = len(list(RunLayout(tmp_path).label_cache.glob("*.json")))
     # Every request either got a parsed answer (cached at once), was retried, or failed for good.
     assert first["requests"] == answered + first["retries"] + first["failures"] >= 3
     assert first["prompt_tokens"] > 0 and first["completion_tokens"] > 0
@@ -42,4 +43,4 @@ def test_labels_features_through_a_real_openai_compatible_server(server, tmp_pat
 
     second = run_label(cfg)
     assert second["cache_hits"] == answered  # every answer paid for once is reused
-    assert second["requests"] == second["retries"] + second["failures"] + len(list((tmp_path / "labels" / "cache").glob("*.json"))) - answered
+    assert second["requests"] == second["retries"] + second["failures"] + len(list(RunLayout(tmp_path).label_cache.glob("*.json"))) - answered

@@ -6,7 +6,6 @@ message and keeps the last good checkpoint: tests/test_sae.py::test_nan_loss_sto
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -15,11 +14,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
 
 from bbox_sae.artifacts import read_table
-from bbox_sae.config import load_config
+from bbox_sae.corpus.ingest import ingest
 from bbox_sae.errors import ArtifactError
+from bbox_sae.layout import logprob_column
+from helpers.project import make_project, tiny_model
 
 DOCS = {
     "clean0": "The ships were late, and the men were tired.",
@@ -32,22 +32,9 @@ DOCS = {
 
 
 @pytest.fixture()
-def project(tmp_path, tiny_lm, tiny_encoder):
-    with open(tmp_path / "c.jsonl", "w") as fh:
-        for doc_id, text in DOCS.items():
-            fh.write(json.dumps({"id": doc_id, "text": text}) + "\n")
-    cfg = {
-        "output_dir": str(tmp_path / "out"),
-        "corpus": {"path": str(tmp_path / "c.jsonl"), "shard_docs": 2, "holdout_fraction": 0.0},
-        "models": [
-            {"name": "smol", "path": str(tiny_lm("smollm2")), "start_token": "<|endoftext|>", "window": 16, "stride": 8},
-            {"name": "ext", "source": "parquet", "path": str(tmp_path / "ext.parquet")},
-        ],
-        "embedding": {"model": str(tiny_encoder), "window": 16, "stride": 8},
-        "wandb": {"mode": "disabled"},
-    }
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
-    return load_config(tmp_path / "cfg.yaml")
+def project(tmp_path):
+    # "ext" is a user's log-prob file each test writes itself, with the faults it plants.
+    return make_project(tmp_path, docs=DOCS, models=[tiny_model("smol", window=16, stride=8), "ext"], corpus={"holdout_fraction": 0.0}).load()
 
 
 def _poison_rows(hidden: torch.Tensor, input_ids: torch.Tensor, token: int) -> torch.Tensor:
@@ -63,8 +50,8 @@ def test_nan_logprobs_and_embeddings_are_reported_and_excluded_for_every_model(p
     from bbox_sae.scoring import stage
 
     cfg = project
-    documents = stage.ingest(cfg)
-    words = read_table(cfg.out / "words")
+    documents = ingest(cfg)
+    words = read_table(cfg.paths.words)
     # The external model's table: NaN for one word and -inf for another of "extbad", finite elsewhere.
     lp = -np.linspace(0.5, 9.0, words.num_rows)
     ids = np.array(words["doc_id"].to_pylist())
@@ -96,7 +83,7 @@ def test_nan_logprobs_and_embeddings_are_reported_and_excluded_for_every_model(p
     assert any("model 'smol'" in m and "'hfbad'" in m for m in messages), messages
     assert any("model 'ext'" in m and "2 non-finite" in m and "extbad" in m for m in messages), messages
 
-    smol, ext = read_table(cfg.out / "logprobs" / "smol"), read_table(cfg.out / "logprobs" / "ext")
+    smol, ext = read_table(cfg.paths.logprobs("smol")), read_table(cfg.paths.logprobs("ext"))
     n_hf = int(np.sum(ids == "hfbad"))
     assert smol.filter(pc.equal(smol["doc_id"], "hfbad"))["logprob"].null_count == n_hf  # the whole document
     assert smol["logprob"].null_count == n_hf
@@ -123,16 +110,16 @@ def test_nan_logprobs_and_embeddings_are_reported_and_excluded_for_every_model(p
     assert info["missing_logprob_by_model"] == {"smol": n_hf, "ext": 2}
     assert info["dropped_nonfinite_embedding"] == n_emb
     assert info["rows"] == words.num_rows - n_hf - 2 - n_emb
-    index = read_table(cfg.out / "build" / "index.parquet")
+    index = read_table(cfg.paths.index)
     kept = set(zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist()))
     # Excluded consistently: a dropped word is gone from the one matrix all models share.
     assert not any(d in ("hfbad", "embbad") for d, _ in kept)
     assert {(ids[r], words["word_idx"][int(r)].as_py()) for r in bad_rows}.isdisjoint(kept)
     assert sum(d == "extbad" for d, _ in kept) == int(np.sum(ids == "extbad")) - 2
-    matrix = np.load(cfg.out / "build" / "matrix.npy")
+    matrix = np.load(cfg.paths.matrix)
     assert np.isfinite(matrix).all() and matrix.shape[0] == info["rows"]
     for m in ("smol", "ext"):
-        assert np.isfinite(index[f"logprob__{m}"].to_numpy()).all()
+        assert np.isfinite(index[logprob_column(m)].to_numpy()).all()
     assert len(documents) == len(DOCS)
 
 
@@ -140,13 +127,13 @@ def test_positive_logprobs_from_a_parquet_model_are_refused(project):
     from bbox_sae.scoring import stage
 
     cfg = project
-    stage.ingest(cfg)
-    words = read_table(cfg.out / "words")
+    ingest(cfg)
+    words = read_table(cfg.paths.words)
     lp = np.full(words.num_rows, -1.0)
     lp[3] = 2.5  # a negative log-likelihood slipped in
     pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), cfg.model("ext").path)
     with pytest.raises(ArtifactError, match=r"ext.parquet: log-prob 2.5 > 0 for document 'clean0' word 3"):
-        stage.score_model(cfg, cfg.model("ext"), read_table(cfg.out / "documents.parquet"))
+        stage.score_model(cfg, cfg.model("ext"), read_table(cfg.paths.documents))
 
 
 def test_nan_sae_loss_is_covered_in_test_sae():

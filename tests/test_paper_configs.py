@@ -1,14 +1,11 @@
 """The paper's six model pairs ship as configs that load and carry the paper's settings (no downloads)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from bbox_sae.config import config_from_dict, load_config, load_raw
 from bbox_sae.scoring.stage import model_key
+from helpers.repo import REPO, load_script
 
-REPO = Path(__file__).resolve().parents[1]
 HUB = {
     "llama2-7b": "meta-llama/Llama-2-7b-hf",
     "llama2-7b-chat": "meta-llama/Llama-2-7b-chat-hf",
@@ -30,10 +27,7 @@ MAX_POSITIONS = 4096  # Llama-2 and OLMo-2 (1124) alike
 
 
 def _endpoint_config():
-    spec = importlib.util.spec_from_file_location("endpoint_config", REPO / "scripts" / "endpoint_config.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/endpoint_config.py")
 
 
 def test_one_config_per_paper_pair():

@@ -4,96 +4,73 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pyarrow.compute as pc
 import pytest
-import yaml
 
 from bbox_sae.artifacts import read_table
-from bbox_sae.config import load_config
 from bbox_sae.labeling import labeled_features
 from bbox_sae.pipeline import run_all
 from bbox_sae.stages import STAGE_NAMES
+from helpers.project import make_project, sample_docs, tiny_pair
 
 pytestmark = pytest.mark.slow
 
-LINES = [
-    "If you were here, the day would be bright.",
-    "The ships were late, and the men were tired.\n\nThey slept.",
-    "Three hundred and 12 crowns, said the steward.",
-    "O Romeo, Romeo! wherefore art thou Romeo?",
-    "Now is the winter of our discontent made glorious summer.",
-    "As if it were nothing, he walked away — 日本語 café.",
-]
-
 
 @pytest.fixture(scope="module")
-def config_path(tmp_path_factory, tiny_lm, tiny_encoder):
-    root = tmp_path_factory.mktemp("e2e")
-    rng = np.random.default_rng(0)
-    with open(root / "corpus.jsonl", "w") as fh:
-        for i in range(24):
-            text = " ".join(rng.choice(LINES, size=4))
-            fh.write(json.dumps({"id": f"doc{i}", "text": text, "domain": "play" if i % 2 else "prose"}) + "\n")
-    cfg = {
-        "output_dir": str(root / "out"),
-        "cache_dir": str(root / "cache"),
-        "corpus": {"path": str(root / "corpus.jsonl"), "shard_docs": 8, "holdout_fraction": 0.25},
-        "models": [
-            {"name": "smol", "source": "hf", "path": str(tiny_lm("smollm2")), "start_token": "<|endoftext|>", "window": 32, "stride": 16},
-            {"name": "gem", "source": "hf", "path": str(tiny_lm("gemma")), "window": 32, "stride": 16, "logprob_chunk": 64},
-        ],
-        "embedding": {"model": str(tiny_encoder), "window": 32, "stride": 16},
-        "sae": {"architecture": "topk", "d_sae": 32, "k": 4, "batch_size": 128, "epochs": 4, "lr": 0.003},
-        "features": {"top_n": 10, "bootstrap_samples": 100},
-        "wandb": {"mode": "offline"},
-    }
-    path = root / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+def project(tmp_path_factory):
+    return make_project(
+        tmp_path_factory.mktemp("e2e"),
+        docs=sample_docs(24, sentences_per_doc=4, domains=("prose", "play")),
+        models=tiny_pair(),
+        corpus={"shard_docs": 8, "holdout_fraction": 0.25},
+        embedding={"window": 32, "stride": 16},
+        sae={"architecture": "topk", "d_sae": 32, "k": 4, "batch_size": 128, "epochs": 4, "lr": 0.003},
+        features={"top_n": 10, "bootstrap_samples": 100},
+        wandb={"mode": "offline"},
+    )
 
 
-def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(config_path):
-    cfg = load_config(config_path)
+def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(project):
+    cfg = project.load()
     first = run_all(cfg)
     assert first["ran"] == STAGE_NAMES
-    out = cfg.out
-    documents = read_table(out / "documents.parquet")
-    words = read_table(out / "words")
+    paths = cfg.paths
+    documents = read_table(paths.documents)
+    words = read_table(paths.words)
     assert documents.num_rows == 24
     assert set(words["doc_id"].to_pylist()) == set(documents["doc_id"].to_pylist())
     for m in ("smol", "gem"):
-        lp = read_table(out / "logprobs" / m)
+        lp = read_table(paths.logprobs(m))
         assert lp.num_rows == words.num_rows
         assert lp["doc_id"].equals(words["doc_id"]) and lp["word_idx"].equals(words["word_idx"])
-    assert read_table(out / "embeddings").num_rows == words.num_rows
-    build = json.loads((out / "build" / "build.json").read_text())
-    index = read_table(out / "build" / "index.parquet")
+    assert read_table(paths.embeddings).num_rows == words.num_rows
+    build = json.loads(paths.build_info.read_text())
+    index = read_table(paths.index)
     assert build["rows"] == index.num_rows == build["rows_in"] - build["dropped_missing_logprob"] - build["dropped_nonfinite_embedding"]
-    features = labeled_features(cfg.paths)
-    contexts = read_table(out / "contexts.parquet")
+    features = labeled_features(paths)
+    contexts = read_table(paths.contexts)
     assert features.num_rows > 0 and "label_source" in features.column_names
     assert set(contexts["latent"].to_pylist()) <= set(features["latent"].to_pylist())
     word_keys = set(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()))
     assert set(zip(contexts["doc_id"].to_pylist(), contexts["word_idx"].to_pylist())) <= word_keys
     kept = features.filter(pc.field("kept"))
     assert set(kept["label_source"].to_pylist()) <= {"heuristic", "rule", "word set"}  # offline labelers
-    assert (out / "report.html").stat().st_size > 1000 and (out / "report.md").exists()
-    manifest = json.loads((out / "manifest.json").read_text())
+    assert paths.report_html.stat().st_size > 1000 and paths.report_md.exists()
+    manifest = json.loads(paths.manifest.read_text())
     assert sorted(manifest["stages"]) == sorted(STAGE_NAMES)
 
-    again = run_all(load_config(config_path))
+    again = run_all(project.load())
     assert again["ran"] == []
 
-    changed = run_all(load_config(config_path, ["sae.k=3"]))
+    changed = run_all(project.load("sae.k=3"))
     assert changed["ran"] == ["train", "features", "label", "report"]
 
 
-def test_cli_exit_codes(config_path):
-    ok = subprocess.run([sys.executable, "-m", "bbox_sae", "run", "--config", str(config_path)], capture_output=True, text=True)
+def test_cli_exit_codes(project):
+    ok = subprocess.run([sys.executable, "-m", "bbox_sae", "run", "--config", str(project.config)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "up to date" in ok.stderr and "Report:" in ok.stderr
-    bad = subprocess.run([sys.executable, "-m", "bbox_sae", "run", "--config", str(config_path), "--set", "sae.k=zero"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "bbox_sae", "run", "--config", str(project.config), "--set", "sae.k=zero"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "'sae.k'" in bad.stderr
 

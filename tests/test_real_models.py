@@ -9,7 +9,7 @@ from bbox_sae.models import causal_lm_location, load_causal_lm
 from bbox_sae.scoring.hf import HFScorer
 from bbox_sae.corpus.words import word_spans
 
-from assets import ASSETS
+from helpers.assets import ASSETS
 
 pytestmark = pytest.mark.slow
 

@@ -17,6 +17,7 @@ from bbox_sae.config import config_from_dict
 from bbox_sae.errors import ArtifactError
 from bbox_sae.features import FINDING_SCHEMA
 from bbox_sae.report import FINDING_COLUMNS, WANDB_COLUMNS, run_report
+from bbox_sae.layout import RunLayout
 
 HOSTILE_WORD = "<script>alert(1)</script>"
 HOSTILE_LEFT = "before </script><script>alert(2)</script> "
@@ -150,10 +151,10 @@ def corpus_stats() -> dict:
 def build_output_dir(out: Path, with_labels: bool = True, with_documents: bool = True) -> Path:
     """A features-stage output dir as docs/artifacts.md describes it, with one hostile document."""
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(_feature_columns(with_labels)), out / "features.parquet")
-    pq.write_table(pa.Table.from_pylist(_context_rows(), schema=CONTEXT_SCHEMA), out / "contexts.parquet")
-    (out / "corpus_stats.json").write_text(json.dumps(corpus_stats()))
-    pq.write_table(pa.Table.from_pylist(FINDINGS, schema=FINDING_SCHEMA), out / "findings.parquet")
+    pq.write_table(pa.table(_feature_columns(with_labels)), RunLayout(out).features)
+    pq.write_table(pa.Table.from_pylist(_context_rows(), schema=CONTEXT_SCHEMA), RunLayout(out).contexts)
+    RunLayout(out).corpus_stats.write_text(json.dumps(corpus_stats()))
+    pq.write_table(pa.Table.from_pylist(FINDINGS, schema=FINDING_SCHEMA), RunLayout(out).findings)
     if with_documents:
         doc_ids = sorted({r["doc_id"] for r in _context_rows()})
         docs = {
@@ -163,7 +164,7 @@ def build_output_dir(out: Path, with_labels: bool = True, with_documents: bool =
             "domain": ["web" if d == "doc-evil" else "books" for d in doc_ids],
             "shard": pa.array([0] * len(doc_ids), pa.int64()),
         }
-        pq.write_table(pa.table(docs), out / "documents.parquet")
+        pq.write_table(pa.table(docs), RunLayout(out).documents)
     return out
 
 
@@ -225,7 +226,7 @@ def check_structure(page: str) -> StructureChecker:
 def report(tmp_path):
     out = build_output_dir(tmp_path / "run")
     result = run_report(report_config(out))
-    return out, result, (out / "report.html").read_text(encoding="utf-8")
+    return out, result, RunLayout(out).report_html.read_text(encoding="utf-8")
 
 
 def test_html_is_well_formed_and_self_contained(report):
@@ -258,11 +259,12 @@ def test_hostile_header_text_is_escaped(tmp_path):
     out = build_output_dir(tmp_path / "run")
     stats = corpus_stats()
     stats["domains"] = {HOSTILE_WORD: {"documents": 1, "words": 2, "models": {"alpha": {"perplexity": 3.0}}}}
-    (out / "corpus_stats.json").write_text(json.dumps(stats))
-    (out / "sae" / "r1").mkdir(parents=True)
-    (out / "sae" / "r1" / "metrics.json").write_text(json.dumps({"note": HOSTILE_LABEL}))
+    RunLayout(out).corpus_stats.write_text(json.dumps(stats))
+    sae_run = RunLayout(out).sae_run("r1")
+    sae_run.root.mkdir(parents=True)
+    sae_run.metrics.write_text(json.dumps({"note": HOSTILE_LABEL}))
     run_report(report_config(out))
-    page = (out / "report.html").read_text(encoding="utf-8")
+    page = RunLayout(out).report_html.read_text(encoding="utf-8")
     header = page.split("</header>", 1)[0]
     assert HOSTILE_WORD not in page and "<script" not in header
     assert f'<tr data-domain="{escape(HOSTILE_WORD)}"><td>{escape(HOSTILE_WORD)}</td>' in header
@@ -289,7 +291,7 @@ def test_html_lists_kept_first_then_by_abs_median(report):
 def test_html_limits_features_and_examples(tmp_path):
     out = build_output_dir(tmp_path / "run")
     result = run_report(report_config(out, max_features=3, examples_per_feature=2))
-    data = embedded_data((out / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(out).report_html.read_text(encoding="utf-8"))
     assert [f["latent"] for f in data["features"]] == [3, 0, 1]
     assert result["shown"] == 3 and result["features"] == len(FEATURES)
     for f in data["features"]:
@@ -308,8 +310,8 @@ def test_histogram_covers_the_top_words_only(report):
 
 def test_markdown_summary(report):
     out, result, _ = report
-    md = (out / "report.md").read_text(encoding="utf-8")
-    assert result["report_md"] == str(out / "report.md")
+    md = RunLayout(out).report_md.read_text(encoding="utf-8")
+    assert result["report_md"] == str(RunLayout(out).report_md)
     assert "| alpha | -3.2500 | 25.790 | 1,000 |" in md
     alpha = md.split("### alpha better", 1)[1].split("###", 1)[0]
     beta = md.split("### beta better", 1)[1]
@@ -322,27 +324,28 @@ def test_markdown_summary(report):
 def test_labels_are_optional(tmp_path):
     out = build_output_dir(tmp_path / "run", with_labels=False, with_documents=False)
     run_report(report_config(out))
-    data = embedded_data((out / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(out).report_html.read_text(encoding="utf-8"))
     assert all(f["label"] is None and f["label_source"] is None for f in data["features"])
     assert all(c["domain"] is None for f in data["features"] for c in f["contexts"]["train"])
-    assert "| 0 |  | +2.00 [+1.60, +2.40] |" in (out / "report.md").read_text(encoding="utf-8")
+    assert "| 0 |  | +2.00 [+1.60, +2.40] |" in RunLayout(out).report_md.read_text(encoding="utf-8")
 
 
 def test_sae_metrics_are_listed(tmp_path):
     out = build_output_dir(tmp_path / "run")
     metrics = {"run_name": "batchtopk-d64-k4", "steps": 120, "holdout": {"explained_variance": 0.91, "mean_l0": 4.0}, "curve": [1, 2]}
-    (out / "sae" / "batchtopk-d64-k4").mkdir(parents=True)
-    (out / "sae" / "batchtopk-d64-k4" / "metrics.json").write_text(json.dumps(metrics))
+    sae_run = RunLayout(out).sae_run("batchtopk-d64-k4")
+    sae_run.root.mkdir(parents=True)
+    sae_run.metrics.write_text(json.dumps(metrics))
     result = run_report(report_config(out))
-    page = (out / "report.html").read_text(encoding="utf-8")
+    page = RunLayout(out).report_html.read_text(encoding="utf-8")
     assert result["sae_runs"] == ["batchtopk-d64-k4"]
     assert "<td>holdout.explained_variance</td><td>0.91</td>" in page and "curve" not in page
-    assert "sae/batchtopk-d64-k4/metrics.json" in (out / "report.md").read_text(encoding="utf-8")
+    assert "sae/batchtopk-d64-k4/metrics.json" in RunLayout(out).report_md.read_text(encoding="utf-8")
 
 
 def test_missing_features_is_a_clear_error(tmp_path):
     out = build_output_dir(tmp_path / "run")
-    (out / "features.parquet").unlink()
+    RunLayout(out).features.unlink()
     with pytest.raises(ArtifactError, match="features.parquet"):
         run_report(report_config(out))
 
@@ -397,7 +400,7 @@ def test_wandb_rerun_updates_the_same_run(offline_runs):
 
 def test_findings_come_first_in_every_summary(report, offline_runs):
     out, _, page = report
-    md = (out / "report.md").read_text(encoding="utf-8")
+    md = RunLayout(out).report_md.read_text(encoding="utf-8")
     section = md.split("## Findings", 1)[1].split("## alpha vs beta", 1)[0]
     assert "2 finding(s)" in section and "| 'were' right after a pronoun | rule (rule) |" in section and "+2.00 [+1.50, +2.50]" in section
     assert "| latent (word set) |" in section  # a latent group is marked as such, not passed off as a rule

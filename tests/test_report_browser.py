@@ -7,36 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from bbox_sae.layout import RunLayout
 from bbox_sae.report import run_report
 from test_report import FEATURES, HOSTILE_LABEL, HOSTILE_WORD, N_HOLDOUT, N_IN_TOP, N_TRAIN, build_output_dir, report_config
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = Path(__file__).resolve().parents[1] / "test-artifacts" / "report.png"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 @pytest.fixture(scope="module")
 def report_url(tmp_path_factory) -> str:
     out = build_output_dir(tmp_path_factory.mktemp("browser") / "run")
     run_report(report_config(out))
-    return (out / "report.html").as_uri()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
-    from playwright.sync_api import Error, sync_playwright
-
-    with sync_playwright() as p:
-        try:
-            chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        except Error as err:
-            pytest.skip(f"{CHROMIUM} failed to launch: {err.message.splitlines()[0]}")
-        yield chromium
-        chromium.close()
+    return RunLayout(out).report_html.as_uri()
 
 
 @pytest.fixture
@@ -126,7 +110,7 @@ def scored_url(tmp_path_factory) -> str:
 
     out = scored_output_dir(tmp_path_factory.mktemp("scored") / "run", fuzz=True)
     run_report(report_config(out, examples_per_other_feature=2))
-    return (out / "report.html").as_uri()
+    return RunLayout(out).report_html.as_uri()
 
 
 @pytest.fixture

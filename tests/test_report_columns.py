@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bbox_sae.report import WANDB_COLUMNS, run_report
+from bbox_sae.layout import RunLayout
 from test_report import FEATURES, build_output_dir, embedded_data, report_config
 
 # latent -> (rule, rule precision, rule recall, detection score, fuzzing score); None: not scored.
@@ -30,7 +31,7 @@ NUMERIC = {"latent", "label_score", "fuzz_score", "rule_precision", "rule_recall
 def scored_output_dir(out: Path, fuzz: bool) -> Path:
     """test_report's output dir with rules, their fit and distinct label scores per feature."""
     build_output_dir(out)
-    table = pq.read_table(out / "features.parquet").drop_columns(["label_score"])
+    table = pq.read_table(RunLayout(out).features).drop_columns(["label_score"])
     latents = table["latent"].to_pylist()
     columns = {"rule": pa.string(), "rule_precision": pa.float64(), "rule_recall": pa.float64(), "label_score": pa.float64()}
     if fuzz:
@@ -38,7 +39,7 @@ def scored_output_dir(out: Path, fuzz: bool) -> Path:
     for i, (name, kind) in enumerate(columns.items()):
         table = table.append_column(name, pa.array([SCORED[latent][i] for latent in latents], kind))
     table = table.append_column("rule_f1", pa.array([0.5] * len(latents), pa.float64()))
-    pq.write_table(table, out / "features.parquet")
+    pq.write_table(table, RunLayout(out).features)
     return out
 
 
@@ -51,7 +52,7 @@ def head_cells(page: str) -> list[dict]:
 def test_table_head_has_rule_fit_and_scores_each_sortable(tmp_path, fuzz):
     out = scored_output_dir(tmp_path / "run", fuzz)
     run_report(report_config(out))
-    page = (out / "report.html").read_text(encoding="utf-8")
+    page = RunLayout(out).report_html.read_text(encoding="utf-8")
     cells = head_cells(page)
     keys = [c["data-sort"] for c in cells]
     assert all(c.get("data-format") for c in cells), "every column names its formatter"
@@ -69,7 +70,7 @@ def test_table_head_has_rule_fit_and_scores_each_sortable(tmp_path, fuzz):
 def test_embedded_features_carry_the_rule_fit_and_scores(tmp_path):
     out = scored_output_dir(tmp_path / "run", fuzz=True)
     run_report(report_config(out))
-    for f in embedded_data((out / "report.html").read_text(encoding="utf-8"))["features"]:
+    for f in embedded_data(RunLayout(out).report_html.read_text(encoding="utf-8"))["features"]:
         assert (f["rule"], f["rule_precision"], f["rule_recall"], f["label_score"], f["fuzz_score"]) == SCORED[f["latent"]]
 
 

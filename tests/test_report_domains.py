@@ -13,7 +13,7 @@ import pytest
 
 from bbox_sae.features.domains import NO_DOMAIN
 from bbox_sae.report import run_report
-from test_report_browser import browser  # noqa: F401  (the shared Chromium fixture)
+from bbox_sae.layout import RunLayout
 from test_report import CONTEXT_SCHEMA, FEATURES, build_output_dir, corpus_stats, embedded_data, report_config
 
 SCREENSHOT = Path(__file__).resolve().parents[1] / "test-artifacts" / "report-domains.png"
@@ -29,7 +29,7 @@ DOMAIN_STATS = {
 
 def _domain_contexts(out: Path, train=LATENT0_TRAIN, holdout=LATENT0_HOLDOUT) -> None:
     """Latent 0's contexts rewritten with these (domain, Δ) top words; documents.parquet to match."""
-    rows = [r for r in pq.read_table(out / "contexts.parquet").to_pylist() if r["latent"] != 0]
+    rows = [r for r in pq.read_table(RunLayout(out).contexts).to_pylist() if r["latent"] != 0]
     domain_of = {r["doc_id"]: "play" for r in rows}
     for split, items in (("train", train), ("holdout", holdout)):
         for rank, (domain, delta) in enumerate(items):
@@ -45,15 +45,15 @@ def _domain_contexts(out: Path, train=LATENT0_TRAIN, holdout=LATENT0_HOLDOUT) ->
     rows.append({**rows[-1], "rank": 99, "doc_id": "lyric-0", "in_top": False})
     domain_of["lyric-0"] = "lyric"
     domain_of["unlabelled-doc"] = None
-    pq.write_table(pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA), out / "contexts.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA), RunLayout(out).contexts)
     docs = sorted(domain_of)
     pq.write_table(
         pa.table({"doc_id": docs, "text": ["t"] * len(docs), "split": ["train"] * len(docs), "domain": [domain_of[d] for d in docs], "shard": pa.array([0] * len(docs), pa.int64())}),
-        out / "documents.parquet",
+        RunLayout(out).documents,
     )
     stats = corpus_stats()
     stats["domains"] = DOMAIN_STATS
-    (out / "corpus_stats.json").write_text(json.dumps(stats))
+    RunLayout(out).corpus_stats.write_text(json.dumps(stats))
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def domain_run(tmp_path):
 
 def test_finding_card_rows_say_where_the_difference_holds(domain_run):
     run_report(report_config(domain_run))
-    data = embedded_data((domain_run / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(domain_run).report_html.read_text(encoding="utf-8"))
     rows = {r["domain"]: r for r in next(f for f in data["features"] if f["latent"] == 0)["domains"]}
     assert list(rows) == ["play", "poem", "sonnet", "web"]  # most top words first, then by name
     play, poem = rows["play"], rows["poem"]
@@ -77,33 +77,33 @@ def test_finding_card_rows_say_where_the_difference_holds(domain_run):
 
 def test_domain_min_words_decides_when_there_are_enough_words(domain_run):
     run_report(report_config(domain_run, domain_min_words=1))
-    data = embedded_data((domain_run / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(domain_run).report_html.read_text(encoding="utf-8"))
     rows = {r["domain"]: r for r in next(f for f in data["features"] if f["latent"] == 0)["domains"]}
     assert rows["sonnet"]["holds"] is True and rows["web"]["holds"] is True
 
 
 def test_documents_without_a_domain_are_grouped(domain_run):
-    docs = pq.read_table(domain_run / "documents.parquet").to_pylist()
+    docs = pq.read_table(RunLayout(domain_run).documents).to_pylist()
     for d in docs:
         if d["doc_id"].startswith("poem-"):
             d["domain"] = None
-    pq.write_table(pa.Table.from_pylist(docs), domain_run / "documents.parquet")
+    pq.write_table(pa.Table.from_pylist(docs), RunLayout(domain_run).documents)
     run_report(report_config(domain_run))
-    data = embedded_data((domain_run / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(domain_run).report_html.read_text(encoding="utf-8"))
     rows = {r["domain"]: r["n"] for r in next(f for f in data["features"] if f["latent"] == 0)["domains"]}
     assert rows[NO_DOMAIN] == 3 and "poem" not in rows
 
 
 def test_header_and_markdown_give_perplexity_per_domain(domain_run):
     run_report(report_config(domain_run))
-    page = (domain_run / "report.html").read_text(encoding="utf-8")
+    page = RunLayout(domain_run).report_html.read_text(encoding="utf-8")
     header = page.split("</header>", 1)[0]
     poem = re.search(r'<tr data-domain="poem">(.*?)</tr>', header).group(1)
     # beta has the lower perplexity on poems (bold), though alpha is better on the whole corpus.
     assert '<td class="num perplexity" data-model="beta"><b>28.50</b></td>' in poem
     assert '<td class="num perplexity" data-model="alpha">37.52</td>' in poem and "-0.275" in poem
     assert "2 domains" in header and '<details id="domain-stats" open>' in header
-    md = (domain_run / "report.md").read_text(encoding="utf-8")
+    md = RunLayout(domain_run).report_md.read_text(encoding="utf-8")
     assert "| domain | documents | words | perplexity alpha | perplexity beta | mean Δlog p alpha vs beta |" in md
     assert "| poem | 4 | 400 | 37.52 | 28.50 | -0.275 |" in md
 
@@ -111,11 +111,11 @@ def test_header_and_markdown_give_perplexity_per_domain(domain_run):
 def test_no_domains_no_domain_views(tmp_path):
     out = build_output_dir(tmp_path / "run", with_documents=False)
     run_report(report_config(out))
-    page = (out / "report.html").read_text(encoding="utf-8")
+    page = RunLayout(out).report_html.read_text(encoding="utf-8")
     data = embedded_data(page)
     assert data["domains"] == [] and all(f["domains"] == [] for f in data["features"])
     assert 'id="domain-stats"' not in page
-    assert "## Per domain" not in (out / "report.md").read_text(encoding="utf-8")
+    assert "## Per domain" not in RunLayout(out).report_md.read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- in the browser
@@ -125,7 +125,7 @@ def test_no_domains_no_domain_views(tmp_path):
 def test_domain_filter_and_card_table_in_the_browser(domain_run, browser):
     run_report(report_config(domain_run))
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto((domain_run / "report.html").as_uri())
+    page.goto(RunLayout(domain_run).report_html.as_uri())
     page.wait_for_selector("#features tbody tr.feature-row")
     assert page.locator("#filter-domain-label").is_visible()
     page.select_option("#filter-domain", "poem")
@@ -153,7 +153,7 @@ def test_card_lists_the_largest_domains_and_the_filtered_one(tmp_path, browser):
     _domain_contexts(out, train=[(w, 1.0) for w in works] + [("work-00", 1.0)] * 3, holdout=[])
     run_report(report_config(out))
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto((out / "report.html").as_uri())
+    page.goto(RunLayout(out).report_html.as_uri())
     page.wait_for_selector("#features tbody tr.feature-row")
     page.click('#features tr.feature-row[data-latent="0"]')
     listed = "#card-domain-table tbody tr[data-domain]"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bbox_sae.report import run_report
 from bbox_sae.report.views import HIST_BINS, delta_histogram
+from bbox_sae.layout import RunLayout
 from test_report import CONTEXT_SCHEMA, corpus_stats, embedded_data, report_config
 
 N_LATENTS, PER_SPLIT, N_DOMAINS = 3000, 20, 30
@@ -51,7 +52,7 @@ def large_run(tmp_path_factory):
         "rule_f1": rng.uniform(0, 1, N_LATENTS).tolist(),
         "finding": pa.array([None if f < 0 else int(f) for f in finding], pa.int32()),
     }
-    pq.write_table(pa.table(features), out / "features.parquet")
+    pq.write_table(pa.table(features), RunLayout(out).features)
     rows = []
     for latent in latents:
         for split in ("train", "holdout"):
@@ -65,14 +66,14 @@ def large_run(tmp_path_factory):
                         "logprob__alpha": lp, "logprob__beta": lp - float(medians[latent] + rng.normal(0, 0.3)),
                     }
                 )  # fmt: skip
-    pq.write_table(pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA), out / "contexts.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA), RunLayout(out).contexts)
     docs = sorted({r["doc_id"] for r in rows})
     domains = [d.rsplit("-", 1)[0] for d in docs]
     pq.write_table(
         pa.table({"doc_id": docs, "text": ["t"] * len(docs), "split": ["train"] * len(docs), "domain": domains, "shard": pa.array([0] * len(docs), pa.int64())}),
-        out / "documents.parquet",
+        RunLayout(out).documents,
     )
-    (out / "corpus_stats.json").write_text(json.dumps(corpus_stats()))
+    RunLayout(out).corpus_stats.write_text(json.dumps(corpus_stats()))
     result = run_report(report_config(out))
     return out, result, rows
 
@@ -80,12 +81,12 @@ def large_run(tmp_path_factory):
 def test_report_of_3000_latents_stays_a_few_mb(large_run):
     out, result, _ = large_run
     assert result["features"] == N_LATENTS
-    assert (out / "report.html").stat().st_size < MAX_BYTES
+    assert RunLayout(out).report_html.stat().st_size < MAX_BYTES
 
 
 def test_every_context_of_kept_and_finding_features_is_embedded(large_run):
     out, result, rows = large_run
-    data = embedded_data((out / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(out).report_html.read_text(encoding="utf-8"))
     by_latent = {f["latent"]: f for f in data["features"]}
     full = [latent for latent in range(N_LATENTS) if latent % 10 == 0]
     assert set(full) <= set(by_latent), "every kept feature and finding member is shown"
@@ -102,7 +103,7 @@ def test_every_context_of_kept_and_finding_features_is_embedded(large_run):
 
 def test_other_features_carry_a_few_contexts_and_their_counts(large_run):
     out, result, _ = large_run
-    data = embedded_data((out / "report.html").read_text(encoding="utf-8"))
+    data = embedded_data(RunLayout(out).report_html.read_text(encoding="utf-8"))
     others = [f for f in data["features"] if not f["kept"] and f["finding"] is None]
     assert len(others) == result["shown"] - N_LATENTS // 10
     cap = report_config(out).report.examples_per_other_feature

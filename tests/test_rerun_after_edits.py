@@ -21,21 +21,22 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hardening import write_project
-
 from bbox_sae.config import load_config
+from bbox_sae.corpus.words import word_spans
+from bbox_sae.layout import RunLayout
 from bbox_sae.pipeline import run_all
 from bbox_sae.stages import read_manifest
-from bbox_sae.corpus.words import word_spans
+from helpers.hardening import hardening_project
+from helpers.project import tiny_model
 
 WORDS = ["the", "ships", "were", "late", "Romeo", "café", "crowns", "said", "12", ",", ".", "!", "\n", "日本語", "thou"]
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Written with the run's time or the command's own config, not derived from the inputs.
-NOT_COMPARED = {"manifest.json", "config.yaml", "stats.json", "stats-0of1.json", ".lock"}
+_RUN = RunLayout(Path())
+NOT_COMPARED = {_RUN.manifest.name, _RUN.config.name, _RUN.embedding_stats.name, _RUN.score_stats(0, 1).name, _RUN.lock.name}
 
 
 def user_logprobs(texts: dict[str, str], salt: int) -> pa.Table:
@@ -50,29 +51,25 @@ def user_logprobs(texts: dict[str, str], salt: int) -> pa.Table:
     return pa.table({"doc_id": ids, "word_idx": pa.array(idx, pa.int32()), "logprob": lp})
 
 
-class Project:
-    """The inputs a user edits: corpus, their log-prob file, config overrides."""
+class EditedProject:
+    """The inputs a user edits: corpus, their log-prob file, the corpus and split settings."""
 
-    def __init__(self, root: Path, base_config: dict):
+    def __init__(self, root: Path):
         self.root = root
-        self.base = base_config
         self.texts: dict[str, str] = {}
         self.salt = 0
-        self.overrides: dict[str, object] = {}
+        self.corpus: dict[str, object] = {"shard_docs": 2, "holdout_fraction": 0.3}
+        self.seed = 0
+        self.config: Path | None = None
 
     def write(self) -> None:
-        with open(self.root / "corpus.jsonl", "w") as fh:
-            for doc_id, text in self.texts.items():
-                fh.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
-        pq.write_table(user_logprobs(self.texts, self.salt), self.root / "user.parquet")
-        cfg = json.loads(json.dumps(self.base))
-        for key, value in self.overrides.items():
-            section, _, name = key.rpartition(".")
-            (cfg[section] if section else cfg)[name] = value
-        (self.root / "cfg.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
+        # The hardening tests' project, one of its models replaced by the user's log-prob file.
+        project = hardening_project(self.root, docs=self.texts, models=[tiny_model("smol"), "user"], corpus=self.corpus, seed=self.seed)
+        pq.write_table(user_logprobs(self.texts, self.salt), project.logprob_file("user"))
+        self.config = project.config
 
     def run(self, out: Path) -> None:
-        run_all(load_config(self.root / "cfg.yaml", output_dir=str(out)), until="build")
+        run_all(load_config(self.config, output_dir=str(out)), until="build")
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -93,23 +90,19 @@ def assert_same_as_fresh(stale: Path, fresh: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory, tiny_lm, tiny_encoder):
+def shared(tmp_path_factory):
     """Loaded models are reused across examples (they never change); fsync is skipped (durability is not under test)."""
     from bbox_sae.embedding import stage as embedding
     from bbox_sae.scoring import stage
 
     root = tmp_path_factory.mktemp("edits")
-    write_project(root, tiny_lm, tiny_encoder)  # the shared test project's config, adapted below
-    base = yaml.safe_load((root / "cfg.yaml").read_text())
-    base["models"] = [base["models"][0], {"name": "user", "source": "parquet", "path": None}]
-    base["corpus"].update(shard_docs=2, holdout_fraction=0.3)
     scorers, embedders = {}, {}
     real_scorer, real_embedder = stage.make_scorer, embedding.load_embedder
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stage, "make_scorer", lambda m, cfg: scorers.get(m.name) or scorers.setdefault(m.name, real_scorer(m, cfg)))
         mp.setattr(embedding, "load_embedder", lambda e: embedders.get("e") or embedders.setdefault("e", real_embedder(e)))
         mp.setattr(os, "fsync", lambda fd: None)
-        yield root, base
+        yield root
 
 
 def _text(draw) -> str:
@@ -138,7 +131,7 @@ def edit(draw):
     return kind, draw(st.integers(1, 4))
 
 
-def apply(project: Project, change) -> None:
+def apply(project: EditedProject, change) -> None:
     kind, *args = change
     ids = sorted(project.texts)
     if kind == "same_count":
@@ -157,11 +150,11 @@ def apply(project: Project, change) -> None:
     elif kind == "remove" and len(ids) > 1:
         del project.texts[ids[args[0] % len(ids)]]
     elif kind == "split":
-        project.overrides.update({"corpus.holdout_fraction": args[0], "seed": args[1]})
+        project.corpus["holdout_fraction"], project.seed = args[0], args[1]
     elif kind == "user_file":
         project.salt = args[0]
     elif kind == "shard_docs":
-        project.overrides["corpus.shard_docs"] = args[0]
+        project.corpus["shard_docs"] = args[0]
 
 
 EXAMPLES = int(os.environ.get("BBOX_EDIT_EXAMPLES", 200))
@@ -171,10 +164,10 @@ EXAMPLES = int(os.environ.get("BBOX_EDIT_EXAMPLES", 200))
 @given(before=corpus(), changes=st.lists(edit(), min_size=1, max_size=3))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_any_edit_then_run_equals_a_fresh_run(shared, before, changes):
-    root, base = shared
+    root = shared
     for d in ("stale", "fresh"):
         shutil.rmtree(root / d, ignore_errors=True)
-    project = Project(root, {**base, "models": [base["models"][0], {**base["models"][1], "path": str(root / "user.parquet")}]})
+    project = EditedProject(root)
     project.texts = dict(before)
     project.write()
     project.run(root / "stale")

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from bbox_sae.retry import FATAL_STATUS, REQUEST_ERRORS, RETRY_STATUS, MalformedReply, classify, retrying
-from fake_openai import FakeOpenAI, Reply
+from helpers.fake_openai import FakeOpenAI, Reply
 
 STATUSES = [400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 502, 503, 504]
 

@@ -18,24 +18,23 @@ import time
 
 import pytest
 
-from hardening import TESTS, assert_same_outputs, cli, sigkill, start_killable, wait_for, write_project
-
-from bbox_sae.config import load_config
 from bbox_sae.errors import LockError
+from bbox_sae.layout import RunLayout
 from bbox_sae.pipeline import run_all, run_lock
 from bbox_sae.stages import STAGE_NAMES
+from helpers import killpoint
+from helpers.cli import bbox_process
+from helpers.hardening import assert_same_outputs, hardening_project, sigkill, start_killable, wait_for
 
 SEED = random.SystemRandom().randrange(10**6)
 
 
 @pytest.mark.slow
-def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, tiny_lm, tiny_encoder, monkeypatch):
-    config = write_project(tmp_path, tiny_lm, tiny_encoder)
+def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, monkeypatch):
+    project = hardening_project(tmp_path)
+    config = project.config
     # Uninterrupted reference, counting kill points to find the SAE's training batches.
-    sys.path.insert(0, str(TESTS))
-    import killpoint
-
-    cfg = load_config(config)
+    cfg = project.load()
     with pytest.MonkeyPatch.context() as mp:
         counter = killpoint.install(0, None, mp.setattr)
         run_all(cfg)  # saves config.yaml once it holds the lock, as `bbox run` does
@@ -43,40 +42,40 @@ def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, ti
     point = random.Random(SEED).choice(batches)  # mid-training, after the step-5 checkpoint
     context = f"seed {SEED}: `bbox run` killed at point {point} ({counter['points'][point - 1]})"
 
-    work = tmp_path / "work" / "out"
+    work = RunLayout(tmp_path / "work" / "out")
     signal_file = tmp_path / "signal"
-    first = start_killable(point, signal_file, "run", "--config", str(config), "--output-dir", str(work))
+    first = start_killable(point, signal_file, "run", "--config", str(config), "--output-dir", str(work.root))
     try:
         wait_for(first, signal_file)
-        holder = json.loads((work / ".lock").read_text())
+        holder = json.loads(work.lock.read_text())
         assert holder["pid"] == first.pid and holder["host"] == socket.gethostname() and holder["started"]
 
-        second = cli("run", "--config", str(config), "--output-dir", str(work))
+        second = bbox_process("run", "--config", str(config), "--output-dir", str(work.root))
         assert second.returncode == 2, (context, second.stderr)
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
         assert lines[0] == (
-            f"bbox: error: {work} is in use by another bbox run (pid {first.pid} on {holder['host']}, "
+            f"bbox: error: {work.root} is in use by another bbox run (pid {first.pid} on {holder['host']}, "
             f"started {holder['started']}); wait for it to finish"
         )
     finally:
         sigkill(first)
-    assert (work / ".lock").exists()  # left behind by the killed run: stale
+    assert work.lock.exists()  # left behind by the killed run: stale
 
-    third = cli("run", "--config", str(config), "--output-dir", str(work))
+    third = bbox_process("run", "--config", str(config), "--output-dir", str(work.root))
     assert third.returncode == 0, (context, third.stderr[-3000:])
-    assert f"took over {work / '.lock'} from pid {first.pid}" in third.stderr
+    assert f"took over {work.lock} from pid {first.pid}" in third.stderr
     for stage in ("score", "embed", "build"):
         assert f"{stage}: up to date" in third.stderr, (context, third.stderr)
-    assert not (work / ".lock").exists()
-    metrics = json.loads((work / "sae" / "topk-d32-k4" / "metrics.json").read_text())
+    assert not work.lock.exists()
+    metrics = json.loads(project.load(output_dir=work.root).sae_paths.metrics.read_text())
     assert metrics["resumed_from_step"] is not None and metrics["resumed_from_step"] >= 5, (context, metrics)
-    manifest = json.loads((work / "manifest.json").read_text())
+    manifest = json.loads(work.manifest.read_text())
     assert sorted(manifest["stages"]) == sorted(STAGE_NAMES)
     for stage in ("score", "embed", "build", "train", "label"):
-        assert_same_outputs(work, cfg.out, stage)
-    for name in ("contexts.parquet", "top_activations.parquet", "corpus_stats.json", "report.md"):
-        assert (work / name).read_bytes() == (cfg.out / name).read_bytes(), (context, name)
+        assert_same_outputs(work.root, cfg.out, stage)
+    for name in ("contexts", "top_activations", "corpus_stats", "report_md"):
+        assert getattr(work, name).read_bytes() == getattr(cfg.paths, name).read_bytes(), (context, name)
 
 
 def test_lock_is_exclusive_within_one_process_and_released(tmp_path):
@@ -84,18 +83,19 @@ def test_lock_is_exclusive_within_one_process_and_released(tmp_path):
         with pytest.raises(LockError, match=rf"pid {os.getpid()} on {socket.gethostname()}"):
             with run_lock(tmp_path):
                 pass
-    assert not (tmp_path / ".lock").exists()
+    assert not RunLayout(tmp_path).lock.exists()
     with run_lock(tmp_path):  # free again
         pass
 
 
 def test_a_stale_lock_is_taken_over_and_names_the_new_holder(tmp_path, caplog):
-    (tmp_path / ".lock").write_text(json.dumps({"pid": 999999999, "host": "elsewhere", "started": "earlier"}))
+    lock = RunLayout(tmp_path).lock
+    lock.write_text(json.dumps({"pid": 999999999, "host": "elsewhere", "started": "earlier"}))
     with caplog.at_level("WARNING", logger="bbox_sae.pipeline"), run_lock(tmp_path):
-        holder = json.loads((tmp_path / ".lock").read_text())
+        holder = json.loads(lock.read_text())
         assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
-    assert f"took over {tmp_path / '.lock'} from pid 999999999 on elsewhere" in caplog.text
-    assert not (tmp_path / ".lock").exists()
+    assert f"took over {lock} from pid 999999999 on elsewhere" in caplog.text
+    assert not lock.exists()
 
 
 def test_a_run_finishing_as_another_starts_does_not_refuse_it(tmp_path):
@@ -111,7 +111,7 @@ def test_a_run_finishing_as_another_starts_does_not_refuse_it(tmp_path):
     held.wait()
     threading.Timer(0.05, release.set).start()
     with run_lock(tmp_path):  # waits out the holder's last moments instead of refusing
-        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+        assert json.loads(RunLayout(tmp_path).lock.read_text())["pid"] == os.getpid()
     first.join()
 
 
@@ -135,15 +135,15 @@ RACER = textwrap.dedent(
 
 
 def test_racing_takers_of_a_stale_lock_never_both_hold_it(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
+    out = RunLayout(tmp_path / "out")
+    out.root.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (out / ".lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "earlier"}))
+    out.lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "earlier"}))
     logs = tmp_path / "logs"
     logs.mkdir()
     start_at = time.time() + 4.0
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(out), str(start_at), str(logs / "x")]) for _ in range(4)]
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(out.root), str(start_at), str(logs / "x")]) for _ in range(4)]
     for r in racers:
         assert r.wait(timeout=60) == 0
     held = sorted(json.loads(p.read_text()) for p in logs.glob("held-*"))
@@ -151,4 +151,4 @@ def test_racing_takers_of_a_stale_lock_never_both_hold_it(tmp_path):
     assert len(held) + len(refused) == 4 and held, (held, refused)
     for (a0, a1), (b0, b1) in zip(held, held[1:]):
         assert a1 <= b0, f"two runs held the lock at once: {held}"
-    assert not (out / ".lock").exists()
+    assert not out.lock.exists()

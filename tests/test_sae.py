@@ -1,62 +1,15 @@
-import json
-
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
 
-from bbox_sae.config import config_from_dict
+from bbox_sae.layout import checkpoint_complete
 from bbox_sae.train.model import load_sae
 from bbox_sae.train.sae import RowBatches, run_dir_for, run_train
 from bbox_sae.train.sweep import expand_sweep, wandb_sweep_spec
-
-
-def planted_run(tmp_path, n=12000, d=48, m=64, k=3, **sae):
-    """Rows = sparse non-negative combinations of m known unit directions + noise + a mean offset."""
-    rng = np.random.default_rng(0)
-    directions = rng.normal(size=(m, d))
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    codes = np.zeros((n, m))
-    for i in range(n):
-        codes[i, rng.choice(m, k, replace=False)] = rng.uniform(0.5, 2.0, k)
-    x = (codes @ directions + 0.01 * rng.normal(size=(n, d)) + 2.0).astype(np.float32)
-    out = tmp_path / "out"
-    (out / "build").mkdir(parents=True)
-    np.save(out / "build" / "matrix.npy", x)
-    split = np.where(rng.random(n) < 0.2, "holdout", "train")
-    pq.write_table(
-        pa.table({"row": np.arange(n), "doc_id": [str(i) for i in range(n)], "word_idx": np.zeros(n, np.int32), "split": split}),
-        out / "build" / "index.parquet",
-    )
-    (out / "build" / "build.json").write_text(json.dumps({"d_in": d}))
-    settings = {"architecture": "topk", "d_sae": 128, "k": k, "lr": 3e-3, "batch_size": 512, "epochs": 12, "dead_feature_window": 100, "checkpoint_every": 20}
-    settings.update(sae)
-    cfg = config_from_dict(
-        {
-            "output_dir": str(out),
-            "corpus": {"path": "x"},
-            "models": [{"name": "a", "source": "parquet", "path": "x"}, {"name": "b", "source": "parquet", "path": "x"}],
-            "sae": settings,
-            "wandb": {"mode": "offline"},
-        }
-    )
-    return cfg, directions
-
-
-def interrupt_training_at_batch(monkeypatch, n: int) -> None:
-    """The n-th batch raises KeyboardInterrupt, as a killed run would stop mid-training."""
-    original = RowBatches.__next__
-    calls = {"n": 0}
-
-    def dying_next(self):
-        calls["n"] += 1
-        if calls["n"] == n:
-            raise KeyboardInterrupt
-        return original(self)
-
-    monkeypatch.setattr(RowBatches, "__next__", dying_next)
+from helpers.hardening import interrupt_training
+from helpers.planted import planted_run
 
 
 @pytest.mark.parametrize("architecture", ["topk", "batchtopk"])
@@ -70,14 +23,15 @@ def test_recovers_planted_directions(tmp_path, architecture):
     assert (best > 0.9).mean() >= 0.9
     assert metrics["holdout"]["explained_variance"] > 0.9
     assert metrics["holdout"]["mean_l0"] == pytest.approx(3, abs=0.5)
-    for f in ("cfg.json", "sae_weights.safetensors", "metrics.json", "config.yaml"):
-        assert (run_dir_for(cfg) / f).exists()
+    sae_run = cfg.sae_paths
+    for f in (sae_run.sae_config, sae_run.weights, sae_run.metrics, sae_run.run_config):
+        assert f.exists()
 
 
 def test_wandb_offline_run_has_the_logged_keys(tmp_path):
     cfg, _ = planted_run(tmp_path, n=3000, epochs=3)
     run_train(cfg)
-    runs = list((cfg.out / "wandb").rglob("offline-run-*"))
+    runs = list(cfg.paths.wandb.rglob("offline-run-*"))
     assert len(runs) == 1
     blob = next(runs[0].glob("*.wandb")).read_bytes()
     for key in (b"losses/mse_loss", b"metrics/l0", b"sparsity/dead_features", b"metrics/explained_variance", b"eval/log10_activation_frequency", b"eval/holdout_mean_l0_training_mode"):
@@ -89,27 +43,27 @@ def test_resume_continues_the_step_count(tmp_path, monkeypatch):
     cfg, _ = planted_run(tmp_path, n=4000, epochs=6, checkpoint_every=10)
     from bbox_sae.train import sae as sae_mod
 
-    interrupt_training_at_batch(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
+    interrupt_training(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
     with pytest.raises(KeyboardInterrupt):
         run_train(cfg)
     monkeypatch.undo()
-    checkpoints = sorted(int(p.name) for p in (run_dir_for(cfg) / "checkpoints").iterdir() if (p / ".complete").exists())
+    checkpoints = sorted(int(p.name) for p in cfg.sae_paths.checkpoints.iterdir() if checkpoint_complete(p).exists())
     assert checkpoints, "a checkpoint was written before the kill"
     metrics = sae_mod.run_train(cfg, resume=True)
     assert metrics["resumed_from_step"] == 20
-    total_steps = int(6 * np.sum(pq.read_table(cfg.out / "build" / "index.parquet")["split"].to_numpy(zero_copy_only=False) == "train")) // 512
+    total_steps = int(6 * np.sum(pq.read_table(cfg.paths.index)["split"].to_numpy(zero_copy_only=False) == "train")) // 512
     assert metrics["steps"] == total_steps
     assert metrics["rows_trained"] == (total_steps - 20) * 512
 
 
 def test_only_the_newest_checkpoint_is_kept(tmp_path, monkeypatch):
     cfg, _ = planted_run(tmp_path, n=3000, epochs=6, checkpoint_every=5)
-    interrupt_training_at_batch(monkeypatch, 18)  # after the step-5, 10 and 15 checkpoints
+    interrupt_training(monkeypatch, 18)  # after the step-5, 10 and 15 checkpoints
     with pytest.raises(KeyboardInterrupt):
         run_train(cfg)
-    checkpoints = run_dir_for(cfg) / "checkpoints"
+    checkpoints = cfg.sae_paths.checkpoints
     kept = [p for p in checkpoints.iterdir() if p.is_dir()]
-    assert len(kept) == 1 and (kept[0] / ".complete").exists(), kept
+    assert len(kept) == 1 and checkpoint_complete(kept[0]).exists(), kept
     monkeypatch.undo()
     metrics = run_train(cfg, resume=True)
     assert metrics["resumed_from_step"] == 15
@@ -119,7 +73,7 @@ def test_only_the_newest_checkpoint_is_kept(tmp_path, monkeypatch):
 
 def test_batches_stream_from_the_memory_map(tmp_path):
     cfg, _ = planted_run(tmp_path, n=3000)
-    matrix = np.load(cfg.out / "build" / "matrix.npy", mmap_mode="r")
+    matrix = np.load(cfg.paths.matrix, mmap_mode="r")
     assert isinstance(matrix, np.memmap)
     batches = RowBatches(matrix, np.arange(0, 3000, 2), batch_size=100, seed=0)
     seen = [next(batches) for _ in range(15)]
@@ -164,7 +118,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_p
     monkeypatch.setattr(RowBatches, "__next__", poisoned)
     with pytest.raises(NumericalError, match="loss became nan at step 14"):
         run_train(cfg)
-    kept = [p for p in (run_dir_for(cfg) / "checkpoints").iterdir() if (p / ".complete").exists()]
+    kept = [p for p in cfg.sae_paths.checkpoints.iterdir() if checkpoint_complete(p).exists()]
     assert [p.name for p in kept] == [str(10 * 512)]  # step 10 only; nothing after the bad step
 
 
@@ -174,8 +128,8 @@ def test_saved_batchtopk_model_matches_training_mode_after_100_steps(tmp_path):
     cfg, _ = planted_run(tmp_path, n=6000, architecture="batchtopk", k=4, batch_size=256, total_rows=100 * 256, dead_feature_window=10)
     metrics = run_train(cfg)
     assert metrics["steps"] == 100 and metrics["rows_seen"] == 100 * 256
-    matrix = np.load(cfg.out / "build" / "matrix.npy", mmap_mode="r")
-    split = pq.read_table(cfg.out / "build" / "index.parquet")["split"].to_numpy(zero_copy_only=False)
+    matrix = np.load(cfg.paths.matrix, mmap_mode="r")
+    split = pq.read_table(cfg.paths.index)["split"].to_numpy(zero_copy_only=False)
     holdout = np.flatnonzero(split == "holdout")
     sae = load_sae(run_dir_for(cfg))
     saved = evaluate(sae, matrix, holdout)
@@ -208,7 +162,7 @@ def test_interrupted_batchtopk_run_resumes_to_the_uninterrupted_model(tmp_path, 
     reference_cfg, _ = planted_run(tmp_path / "reference", n=4000, **settings)
     run_train(reference_cfg)
     cfg, _ = planted_run(tmp_path / "interrupted", n=4000, **settings)
-    interrupt_training_at_batch(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
+    interrupt_training(monkeypatch, 25)  # after the step-10 and step-20 checkpoints
     with pytest.raises(KeyboardInterrupt):
         run_train(cfg)
     monkeypatch.undo()

@@ -1,6 +1,3 @@
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -12,6 +9,8 @@ from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.base import plan_windows
 from bbox_sae.scoring.hf import HFScorer
 from bbox_sae.corpus.words import word_spans
+from helpers.project import make_project
+from helpers.repo import load_script
 
 KINDS = ["smollm2", "gemma", "minilm"]
 START = {"smollm2": "<|endoftext|>", "gemma": None, "minilm": "[CLS]"}
@@ -140,8 +139,7 @@ def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabu
     from bbox_sae.scoring import hf
 
     # The one-pass head the streamed one replaced, as the precision benchmark measures it.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from bench_precision import unstreamed_refined_logprobs
+    unstreamed_refined_logprobs = load_script("benchmarks/bench_precision.py").unstreamed_refined_logprobs
 
     model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
     scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head=head)
@@ -240,19 +238,15 @@ def test_mixed_precision_names_a_model_without_decoder_layers():
 
 
 def test_auto_precision_on_a_cpu_with_native_bf16_scores_with_bf16_matmuls(tiny_lm, tmp_path, monkeypatch):
-    import yaml
-
     import bbox_sae.models
 
     monkeypatch.setattr(bbox_sae.models, "cpu_has_native_bf16", lambda: True)
 
-    from bbox_sae.config import load_config
     from bbox_sae.scoring.precision import Bf16Linear
     from bbox_sae.scoring.stage import make_scorer
 
     models = [{"name": "a", "path": str(tiny_lm("smollm2", layers=4)), "device": "cpu"}, {"name": "b", "path": "x"}]
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"output_dir": "out", "corpus": {"path": "c.jsonl"}, "models": models}))
-    cfg = load_config(tmp_path / "c.yaml")
+    cfg = make_project(tmp_path, docs=None, models=models).load()
     scorer = make_scorer(cfg.model("a"), cfg)
     assert scorer.head == "refined" and isinstance(scorer._head, Bf16Linear)
     assert sum(isinstance(m, Bf16Linear) for m in scorer.model.modules()) == 2 * 7  # 2 middle layers x q, k, v, o, gate, up, down

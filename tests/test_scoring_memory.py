@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.assets import tiny_lm_dir
+
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")]
 
 MEASURE = textwrap.dedent(
@@ -30,8 +32,6 @@ MEASURE = textwrap.dedent(
     import json, re, sys, torch
     import numpy as np
     torch.set_num_threads(1)
-    sys.path.insert(0, sys.argv[2])
-    from assets import tiny_lm_dir
     from bbox_sae.models import load_causal_lm
     from bbox_sae.scoring.hf import HFScorer
     from bbox_sae.scoring.stage import word_logprob_rows
@@ -43,7 +43,7 @@ MEASURE = textwrap.dedent(
     rng = np.random.default_rng(0)
     vocab = ["the", "ships", "were", "late,", "and", "men", "tired.", "Romeo!", "wherefore", "café", "12", "crowns", "steward", "\\n"]
     text = " ".join(rng.choice(vocab, size=n_chars // 3))[:n_chars]
-    model, tok = load_causal_lm(str(tiny_lm_dir("smollm2")), torch.device("cpu"), torch.float32)
+    model, tok = load_causal_lm(sys.argv[2], torch.device("cpu"), torch.float32)
     scorer = HFScorer("s", model, tok, start_token="<|endoftext|>", window=1024, stride=512, batch_size=8, logprob_chunk=256)
     warm = text[:8000]  # several full window batches: the window-level buffers exist from here on
     scores = next(scorer.score([("w", warm)]))
@@ -61,7 +61,7 @@ MEASURE = textwrap.dedent(
 
 def _peak(n_chars: int) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(n_chars), str(Path(__file__).parent)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", MEASURE, str(n_chars), str(tiny_lm_dir("smollm2"))], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,7 +4,7 @@ import yaml
 
 from bbox_sae import stages
 from bbox_sae.train.sweep import MAX_L0_OFF_K, run_flags, run_sweep
-from test_sae import planted_run
+from helpers.planted import planted_run
 
 
 def test_flags_name_poor_reconstruction_off_k_sparsity_and_short_runs():
@@ -28,7 +28,7 @@ def test_sweep_writes_a_flagged_summary_a_plot_and_a_wandb_table(tmp_path, capsy
     raw["sae"].update({"d_sae": 128, "k": 3, "total_rows": [2 * 512, 80 * 512], "dead_feature_window": 10})
     path.write_text(yaml.safe_dump(raw))
     run_sweep(path, [], None)
-    with (cfg.out / "sae" / "sweep_summary.csv").open() as fh:
+    with cfg.paths.sweep_summary_csv.open() as fh:
         short, long = csv.DictReader(fh)
     for r in (short, long):
         assert abs(float(r["l0_over_k"]) - 1) < 0.1  # calibrated even after 2 steps
@@ -36,8 +36,8 @@ def test_sweep_writes_a_flagged_summary_a_plot_and_a_wandb_table(tmp_path, capsy
     assert short["flags"] == "EV<0.5; short run"
     assert long["steps"] == "80" and float(long["ev_holdout"]) > 0.5 and long["flags"] == ""
     assert float(long["ev_holdout_training_mode"]) - float(long["ev_holdout"]) < 0.02
-    png = (cfg.out / "sae" / "sweep_summary.png").read_bytes()
+    png = cfg.paths.sweep_summary_png.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "1 run(s) flagged (total_rows1024)" in " ".join(capsys.readouterr().out.split())
-    summary_runs = [p for p in (cfg.out / "wandb").rglob("offline-run-*") if b"sweep/summary" in next(p.glob("*.wandb")).read_bytes()]
+    summary_runs = [p for p in cfg.paths.wandb.rglob("offline-run-*") if b"sweep/summary" in next(p.glob("*.wandb")).read_bytes()]
     assert len(summary_runs) == 1

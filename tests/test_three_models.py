@@ -9,69 +9,49 @@ import json
 import numpy as np
 import pyarrow.compute as pc
 import pytest
-import yaml
 
 from bbox_sae.artifacts import read_table
-from bbox_sae.config import load_config
 from bbox_sae.pipeline import STAGE_NAMES, run_all
+from helpers.project import make_project, sample_docs, tiny_model, tiny_pair
 
 pytestmark = pytest.mark.slow
 
-LINES = [
-    "If you were here, the day would be bright.",
-    "The ships were late, and the men were tired.\n\nThey slept.",
-    "Three hundred and 12 crowns, said the steward.",
-    "O Romeo, Romeo! wherefore art thou Romeo?",
-    "Now is the winter of our discontent made glorious summer.",
-]
 PAIRS = [("smol", "gem"), ("smol", "smol2"), ("gem", "smol2")]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tiny_lm, tiny_encoder):
-    root = tmp_path_factory.mktemp("three")
-    rng = np.random.default_rng(1)
-    with open(root / "corpus.jsonl", "w") as fh:
-        for i in range(20):
-            fh.write(json.dumps({"id": f"doc{i}", "text": " ".join(rng.choice(LINES, size=3))}) + "\n")
-    cfg = {
-        "output_dir": str(root / "out"),
-        "cache_dir": str(root / "cache"),
-        "corpus": {"path": str(root / "corpus.jsonl"), "shard_docs": 8, "holdout_fraction": 0.25},
-        "models": [
-            {"name": "smol", "source": "hf", "path": str(tiny_lm("smollm2")), "start_token": "<|endoftext|>", "window": 32, "stride": 16},
-            {"name": "gem", "source": "hf", "path": str(tiny_lm("gemma")), "window": 32, "stride": 16, "logprob_chunk": 64},
-            {"name": "smol2", "source": "hf", "path": str(tiny_lm("smollm2", seed=1)), "start_token": "<|endoftext|>", "window": 32, "stride": 16},
-        ],
-        "compare": [list(p) for p in PAIRS],
-        "embedding": {"model": str(tiny_encoder), "window": 32, "stride": 16},
-        "sae": {"architecture": "topk", "d_sae": 24, "k": 4, "batch_size": 128, "epochs": 3, "lr": 0.003},
+def run(tmp_path_factory):
+    project = make_project(
+        tmp_path_factory.mktemp("three"),
+        docs=sample_docs(20, seed=1),
+        models=[*tiny_pair(), tiny_model("smol2", seed=1)],
+        compare=[list(p) for p in PAIRS],
+        corpus={"shard_docs": 8, "holdout_fraction": 0.25},
+        embedding={"window": 32, "stride": 16},
+        sae={"architecture": "topk", "d_sae": 24, "k": 4, "batch_size": 128, "epochs": 3, "lr": 0.003},
         # Filters off: random models differ everywhere, and every pair must reach labels and report.
-        "features": {
+        features={
             "top_n": 10, "bootstrap_samples": 50, "min_abs_median_dlogp": 0.0, "min_abs_median_dp": 0.0,
             "require_significance": False, "require_generalize": False, "min_activations": 1,
         },
-        "wandb": {"mode": "disabled"},
-    }
-    path = root / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    config = load_config(path)
+    )
+    config = project.load()
     return config, run_all(config)
 
 
 def test_every_stage_runs_and_every_model_is_scored_on_every_word(run):
     cfg, result = run
     assert result["ran"] == STAGE_NAMES
-    words = read_table(cfg.out / "words")
+    words = read_table(cfg.paths.words)
     for m in ("smol", "gem", "smol2"):
-        lp = read_table(cfg.out / "logprobs" / m)
+        lp = read_table(cfg.paths.logprobs(m))
         assert lp["doc_id"].equals(words["doc_id"]) and lp["word_idx"].equals(words["word_idx"])
         assert pc.all(pc.less_equal(lp["logprob"], 1e-9)).as_py()
 
 
 def test_every_pair_gets_features_for_the_same_latents_and_the_deltas_add_up(run):
     cfg, _ = run
-    rows = read_table(cfg.out / "features.parquet").to_pylist()
+    rows = read_table(cfg.paths.features).to_pylist()
     by_pair = {p: {r["latent"]: r for r in rows if (r["model_a"], r["model_b"]) == p} for p in PAIRS}
     assert {(r["model_a"], r["model_b"]) for r in rows} == set(PAIRS)
     latents = set(by_pair[PAIRS[0]])
@@ -85,7 +65,7 @@ def test_every_pair_gets_features_for_the_same_latents_and_the_deltas_add_up(run
     for r in rows:
         assert r["better_model"] == (r["model_a"] if r["median_dlogp"] > 0 else r["model_b"] if r["median_dlogp"] < 0 else None)
 
-    stats = json.loads((cfg.out / "corpus_stats.json").read_text())["pair_stats"]
+    stats = json.loads(cfg.paths.corpus_stats.read_text())["pair_stats"]
     assert set(stats) == {f"{a} vs {b}" for a, b in PAIRS}
     assert stats["smol vs gem"]["mean_dlogp"] + stats["gem vs smol2"]["mean_dlogp"] == pytest.approx(stats["smol vs smol2"]["mean_dlogp"], abs=1e-9)
 
@@ -109,9 +89,9 @@ def test_every_pair_has_labelled_kept_features_and_a_latent_keeps_one_label(run)
 
 def test_the_report_has_a_section_per_pair(run):
     cfg, _ = run
-    rows = read_table(cfg.out / "features.parquet").to_pylist()
-    md = (cfg.out / "report.md").read_text()
-    html = (cfg.out / "report.html").read_text()
+    rows = read_table(cfg.paths.features).to_pylist()
+    md = cfg.paths.report_md.read_text()
+    html = cfg.paths.report_html.read_text()
     for a, b in PAIRS:
         n = sum((r["model_a"], r["model_b"]) == (a, b) for r in rows)
         n_kept = sum((r["model_a"], r["model_b"]) == (a, b) and r["kept"] for r in rows)

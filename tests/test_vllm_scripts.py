@@ -17,9 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from test_paper_configs import _endpoint_config
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers.repo import REPO, load_script
 
 FAKE_VLLM = """\
 import http.server, json, os, sys
@@ -61,7 +59,7 @@ def test_each_model_is_served_on_its_gpus_while_it_is_scored(tmp_path):
         "models": [{"name": "a", "path": "org/model-a", "window": 64, "stride": 32}, {"name": "b", "path": "org/model-b", "window": 64, "stride": 32}],
     }
     cfg = tmp_path / "vllm.yaml"
-    cfg.write_text(yaml.safe_dump(_endpoint_config().endpoint_models(raw, base_port=base, replicas=2, concurrency=4)))
+    cfg.write_text(yaml.safe_dump(load_script("scripts/endpoint_config.py").endpoint_models(raw, base_port=base, replicas=2, concurrency=4)))
     ports = {"a": [base, base + 1], "b": [base + 100, base + 101]}
     vllm = _executable(tmp_path / "vllm", f"#!{sys.executable}\n" + FAKE_VLLM)
     bbox = _executable(tmp_path / "bbox", textwrap.dedent(f"""\
@@ -96,7 +94,7 @@ def test_each_model_is_served_on_its_gpus_while_it_is_scored(tmp_path):
 def test_more_replicas_than_gpus_is_refused_before_any_server_starts(tmp_path):
     raw = {"output_dir": "o", "corpus": {"path": "c"}, "models": [{"name": "a", "path": "x/a"}, {"name": "b", "path": "x/b"}]}
     cfg = tmp_path / "vllm.yaml"
-    cfg.write_text(yaml.safe_dump(_endpoint_config().endpoint_models(raw, base_port=_free_base(), replicas=2, concurrency=4)))
+    cfg.write_text(yaml.safe_dump(load_script("scripts/endpoint_config.py").endpoint_models(raw, base_port=_free_base(), replicas=2, concurrency=4)))
     env = {**os.environ, "VLLM": "/bin/false", "BBOX": "/bin/false", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": "0",
            "LOGS": str(tmp_path / "logs"), "PYTHONPATH": str(REPO)}
     proc = subprocess.run(["bash", str(REPO / "scripts" / "score_with_vllm.sh"), str(cfg)], env=env, capture_output=True, text=True, timeout=120)

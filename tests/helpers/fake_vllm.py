@@ -20,10 +20,9 @@ import time
 import torch
 from aiohttp import web
 
-from loopback_server import LoopbackServer
-
 from bbox_sae.scoring.base import Window
 from bbox_sae.scoring.hf import HFScorer, _Job
+from helpers.loopback_server import LoopbackServer
 
 FAULTS = {"429", "503", "400", "drop", "slow", "malformed", "drop_first", "wrong_id", "floor"}
 

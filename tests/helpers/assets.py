@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.repo import REPO
+
 ASSETS = Path(os.environ.get("BBOX_TEST_ASSETS", REPO / ".cache" / "test-assets"))
 
 TOKENIZER_KINDS = ["smollm2", "gemma", "minilm"]
@@ -25,6 +26,15 @@ def _publish(tmp: Path, target: Path) -> Path:
         return target
     os.replace(tmp, target)
     return target
+
+
+def _save(model, tok, target: Path) -> Path:
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return _publish(tmp, target)
 
 
 def tokenizer_dir(kind: str) -> Path:
@@ -54,7 +64,7 @@ def tokenizer_dir(kind: str) -> Path:
 
 def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096, layers: int = 2) -> Path:
     """A random causal LM (Llama; Gemma 3 for the Gemma tokenizer), 2 layers unless set, with that tokenizer."""
-    from transformers import AutoTokenizer, Gemma3TextConfig, Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     target = ASSETS / "lms" / (f"{kind}-s{seed}-p{max_positions}" + (f"-l{layers}" if layers != 2 else ""))
     if (target / "config.json").exists():
@@ -81,12 +91,7 @@ def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096, layers: int
     # per token, so alignment mistakes show up as sum differences.
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(50.0)
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return _publish(tmp, target)
+    return _save(model, tok, target)
 
 
 def tiny_encoder_dir(seed: int = 0) -> Path:
@@ -101,9 +106,4 @@ def tiny_encoder_dir(seed: int = 0) -> Path:
     model = BertModel(
         BertConfig(vocab_size=len(tok), hidden_size=24, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512)
     )
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return _publish(tmp, target)
+    return _save(model, tok, target)

@@ -7,7 +7,7 @@ Kill points, counted in call order:
   the memory-mapped matrix half filled;
 - every SAE training batch (`RowBatches.__next__`).
 
-    python tests/killpoint.py SIGNAL_FILE N -- <bbox arguments>
+    python tests/helpers/killpoint.py SIGNAL_FILE N -- <bbox arguments>
 
 At kill point N the process writes SIGNAL_FILE (naming the point) and sleeps until killed.
 The library is not changed: the hooks are installed here, around the real CLI entry point.

@@ -1,10 +1,9 @@
 """Shared helpers for the hardening tests: a tiny project, an uninterrupted reference run, and
-"kill a stage at a random point, re-run it, compare" (tests/killpoint.py stops the real CLI).
+"kill a stage at a random point, re-run it, compare" (helpers/killpoint.py stops the real CLI).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -14,53 +13,53 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import yaml
 
+from bbox_sae.layout import RunLayout
 from bbox_sae.stages import BY_NAME, STAGE_NAMES
+from bbox_sae.train.sae import RowBatches
+from helpers import killpoint
+from helpers.cli import bbox_process
+from helpers.project import Project, make_project, sample_docs, tiny_pair
 
-TESTS = Path(__file__).parent
-KILLPOINT = TESTS / "killpoint.py"
+KILLPOINT = Path(__file__).with_name("killpoint.py")
 # The CLI's stage commands (`bbox score` ingests first, so ingest has no command of its own here).
 STAGES = [name for name in STAGE_NAMES if name != "ingest"]
 
-LINES = [
-    "If you were here, the day would be bright.",
-    "The ships were late, and the men were tired.\n\nThey slept.",
-    "Three hundred and 12 crowns, said the steward.",
-    "O Romeo, Romeo! wherefore art thou Romeo?",
-    "As if it were nothing, he walked away — 日本語 café.",
-]
-
-TIMING_FILES = {"stats-0of1.json", "stats.json", "metrics.json", "config.yaml", "key.txt"}
+_RUN = RunLayout(Path())
+_SAE_RUN = _RUN.sae_run("")
+# Written with the run's timings or the command's own config: not compared with the reference.
+TIMING_FILES = {_RUN.score_stats(0, 1).name, _RUN.embedding_stats.name, _SAE_RUN.metrics.name, _RUN.config.name, _SAE_RUN.checkpoint_key.name}
 
 
-def write_project(root: Path, tiny_lm, tiny_encoder, n_docs: int = 16, **overrides) -> Path:
-    rng = np.random.default_rng(0)
-    with open(root / "corpus.jsonl", "w") as fh:
-        for i in range(n_docs):
-            fh.write(json.dumps({"id": f"doc{i}", "text": " ".join(rng.choice(LINES, size=3))}, ensure_ascii=False) + "\n")
-    cfg = {
-        "output_dir": str(root / "ref" / "out"),
-        "cache_dir": str(root / "cache"),
-        "threads": 1,
-        "corpus": {"path": str(root / "corpus.jsonl"), "shard_docs": 4, "holdout_fraction": 0.25},
-        "models": [
-            {"name": "smol", "path": str(tiny_lm("smollm2")), "start_token": "<|endoftext|>", "window": 32, "stride": 16},
-            {"name": "gem", "path": str(tiny_lm("gemma")), "window": 32, "stride": 16, "logprob_chunk": 64},
-        ],
-        "embedding": {"model": str(tiny_encoder), "window": 32, "stride": 16},
-        "build": {"chunk_rows": 64},
-        "sae": {"architecture": "topk", "d_sae": 32, "k": 4, "batch_size": 64, "epochs": 4, "lr": 0.003, "checkpoint_every": 5},
-        "features": {"top_n": 10, "bootstrap_samples": 100},
-        "wandb": {"mode": "disabled"},
-    }
-    for key, value in overrides.items():
-        cfg[key] = value
-    path = root / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
-    return path
+def hardening_project(root: Path, **overrides) -> Project:
+    """The project the hardening tests interrupt: two tiny random models, every stage small, the
+    reference run in `root/ref/out`; `overrides` as `make_project` takes them."""
+    settings = dict(
+        docs=sample_docs(16),
+        models=tiny_pair(),
+        output_dir=str(root / "ref" / "out"),
+        threads=1,
+        corpus={"shard_docs": 4, "holdout_fraction": 0.25},
+        embedding={"window": 32, "stride": 16},
+        build={"chunk_rows": 64},
+        sae={"architecture": "topk", "d_sae": 32, "k": 4, "batch_size": 64, "epochs": 4, "lr": 0.003, "checkpoint_every": 5},
+        features={"top_n": 10, "bootstrap_samples": 100},
+    )
+    return make_project(root, **{**settings, **overrides})
+
+
+def interrupt_training(monkeypatch, at_batch: int) -> None:
+    """The `at_batch`-th batch raises KeyboardInterrupt, as a kill mid-training would stop it."""
+    original, calls = RowBatches.__next__, {"n": 0}
+
+    def dying(self):
+        calls["n"] += 1
+        if calls["n"] == at_batch:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(RowBatches, "__next__", dying)
 
 
 def stage_outputs(stage: str, out: Path) -> list[str]:
@@ -69,7 +68,6 @@ def stage_outputs(stage: str, out: Path) -> list[str]:
     and removed before the stage is re-run in a copy of the reference. A table of our own would
     drift from the code (it once left out findings.parquet, so findings were never compared)."""
     from bbox_sae.config import load_config
-    from bbox_sae.layout import RunLayout
 
     cfg = load_config(RunLayout(out).config, output_dir=str(out))
     names = ["ingest", stage] if stage == "score" else [stage]
@@ -87,9 +85,6 @@ def run_stage_in_process(stage: str, cfg) -> dict | None:
 
 def build_reference(config_path: Path, stages: list[str]) -> dict[str, int]:
     """Run the stages uninterrupted (in this process); return each stage's number of kill points."""
-    sys.path.insert(0, str(TESTS))
-    import killpoint
-
     from bbox_sae.config import load_config
 
     cfg = load_config(config_path)
@@ -149,16 +144,9 @@ def complete_shards(work: Path) -> dict[str, tuple[int, int]]:
     return state
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bbox_sae", *args], capture_output=True, text=True, timeout=timeout)
-
-
 def start_killable(point: int, signal_file: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(KILLPOINT), str(signal_file), str(point), "--", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, str(KILLPOINT), str(signal_file), str(point), "--", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -219,7 +207,7 @@ def _kill_rerun_compare(config, ref, work, stage, n_points, rng, tmp, facts) -> 
     # Whatever the kill left behind under its real name is complete: equal to the reference.
     assert_same_outputs(work, ref, stage, only_existing=True)
     args = [stage, "--config", str(config), "--output-dir", str(work)] + (["--resume"] if stage == "train" else [])
-    again = cli(*args)
+    again = bbox_process(*args)
     assert again.returncode == 0, f"{context}: re-run failed:\n{again.stderr[-3000:]}"
     assert_same_outputs(work, ref, stage)
     after = complete_shards(work)

