@@ -1,7 +1,7 @@
 """SAE training throughput: our sae-lens path (`bbox_sae.train.sae.train_sae`) vs a minimal plain-PyTorch TopK loop.
 
 Both train on the same synthetic matrix, written as `build/matrix.npy` + `index.parquet` (like
-tests/test_sae.py::planted_run), read batch by batch from the same memory map, with the same
+tests/helpers/planted.py::planted_run), read batch by batch from the same memory map, with the same
 d_in, d_sae, k, batch size, step count, learning rate and device. The plain loop is: encoder
 matmul, top-k, ReLU, decoder matmul, summed-square MSE, Adam; no aux loss, no dead-latent
 bookkeeping, no per-step host sync. Rows/s count training steps only (ours: sae-lens `fit()`

@@ -7,6 +7,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
 from helpers.assets import tiny_encoder_dir, tiny_lm_dir, tokenizer_dir  # noqa: E402
 
 # Tests use one thread: with another CPU-heavy process on these 2 cores, 2 threads run 5-10x slower.

@@ -54,7 +54,9 @@ NOT_COMPARED = {_RUN.manifest.name, _RUN.config.name, _RUN.embedding_stats.name,
 
 
 def comparable(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name not in NOT_COMPARED and not p.name.startswith(".")}
+    return {
+        str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name not in NOT_COMPARED and not p.name.startswith(".")
+    }
 
 
 def assert_equals_fresh(capsys, project, stage: str = "build") -> None:
@@ -205,8 +207,7 @@ def test_output_dir_inside_a_file_is_one_line(project, capsys):
 
 
 @pytest.mark.parametrize(
-    "code_, message",
-    [(errno.EACCES, "Permission denied"), (errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")],
+    "code_, message", [(errno.EACCES, "Permission denied"), (errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")]
 )
 def test_os_errors_are_one_line_naming_the_path_and_the_run_recovers(project, capsys, monkeypatch, code_, message):
     from bbox_sae import artifacts
@@ -255,7 +256,23 @@ def test_boolean_fields_still_take_booleans(project):
 
 
 SET_KEYS = st.sampled_from(
-    ["sae.k", "sae.d_sae", "sae.epochs", "sae.lr", "corpus.holdout_fraction", "corpus.shard_docs", "corpus.max_docs", "seed", "build.performance", "sae", "corpus", "x", "models.0.window", "models.5", ""]
+    [
+        "sae.k",
+        "sae.d_sae",
+        "sae.epochs",
+        "sae.lr",
+        "corpus.holdout_fraction",
+        "corpus.shard_docs",
+        "corpus.max_docs",
+        "seed",
+        "build.performance",
+        "sae",
+        "corpus",
+        "x",
+        "models.0.window",
+        "models.5",
+        "",
+    ]
 )
 SET_VALUES = st.one_of(
     st.text(max_size=12),

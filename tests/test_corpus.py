@@ -3,13 +3,13 @@ import json
 import pytest
 
 from bbox_sae.config import CorpusConfig
-from bbox_sae.corpus.documents import chunk_document, Document, load_documents, split_of
+from bbox_sae.corpus.documents import Document, chunk_document, load_documents, split_of
 from bbox_sae.errors import CorpusError
 
 
 def write(tmp_path, lines, name="c.jsonl"):
     path = tmp_path / name
-    path.write_bytes(b"".join((l if isinstance(l, bytes) else l.encode()) + b"\n" for l in lines))
+    path.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines))
     return path
 
 

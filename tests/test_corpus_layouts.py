@@ -324,7 +324,10 @@ def test_saved_dataset_folder_still_works(tmp_path):
 
 DOCS = st.lists(
     st.fixed_dictionaries(
-        {"text": st.text(min_size=1, max_size=30).filter(lambda t: t.strip() and "\x00" not in t), "domain": st.one_of(st.none(), st.sampled_from(["play", "poem", "web"]))}
+        {
+            "text": st.text(min_size=1, max_size=30).filter(lambda t: t.strip() and "\x00" not in t),
+            "domain": st.one_of(st.none(), st.sampled_from(["play", "poem", "web"])),
+        }
     ),
     min_size=1,
     max_size=12,
@@ -340,12 +343,16 @@ def _layouts(root: Path, rows: list[dict]) -> dict[str, Path]:
     out["zstd"] = root / "c.jsonl.zst"
     out["zstd"].write_bytes(zstd_frames(jsonl_bytes(rows), frames=3))
     out["parquet"] = root / "c.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("domain", pa.string())])), out["parquet"], row_group_size=5)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("domain", pa.string())])), out["parquet"], row_group_size=5
+    )
     shards = root / "shards"
     shards.mkdir()
     half = len(rows) // 2
     (shards / "0.jsonl.gz").write_bytes(gzip.compress(jsonl_bytes(rows[:half])))
-    pq.write_table(pa.Table.from_pylist(rows[half:], schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("domain", pa.string())])), shards / "1.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(rows[half:], schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("domain", pa.string())])), shards / "1.parquet"
+    )
     out["mixed folder"] = shards
     return out
 
@@ -377,8 +384,8 @@ def test_domain_reaches_documents_parquet(tmp_path):
 
 def test_demo_corpus_domains_are_the_works(tmp_path):
     """The demo's JSONL names each document's work (play or poem) as its domain; ingest keeps it."""
-    from bbox_sae.corpus import demo as demo_corpus
     from bbox_sae.artifacts import read_table
+    from bbox_sae.corpus import demo as demo_corpus
     from bbox_sae.corpus.ingest import ingest
 
     speeches = "\n\n".join(f"SPEAKER.\nline {i} " + "word " * 40 for i in range(12))

@@ -44,7 +44,11 @@ def _fresh_copy(project, name: str):
 
 @pytest.mark.parametrize(
     "table, stage, damage",
-    [(lambda paths: paths.logprobs("gem"), "score", "flip"), (lambda paths: paths.embeddings, "embed", "truncate"), (lambda paths: paths.words, "score", "no-sidecar")],
+    [
+        (lambda paths: paths.logprobs("gem"), "score", "flip"),
+        (lambda paths: paths.embeddings, "embed", "truncate"),
+        (lambda paths: paths.words, "score", "no-sidecar"),
+    ],
     ids=["logprobs-flip", "embeddings-truncate", "words-no-sidecar"],
 )
 def test_damaged_shard_is_refused_by_readers_and_recomputed_by_its_stage(project, table, stage, damage):

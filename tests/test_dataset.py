@@ -3,8 +3,8 @@ import pyarrow as pa
 import pytest
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_table
-from bbox_sae.corpus.documents import documents_table, Document, shard_ranges, words_table
 from bbox_sae.build.matrix import open_matrix, part_scales, performance_columns, run_build
+from bbox_sae.corpus.documents import Document, documents_table, shard_ranges, words_table
 from bbox_sae.embedding.stage import embeddings_table
 from bbox_sae.layout import logprob_column
 from helpers.project import make_project
@@ -14,7 +14,11 @@ def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7,
     rng = np.random.default_rng(0)
     # The scored words of a run, written here as ingest, score and embed would write them.
     cfg = make_project(
-        tmp_path, docs=None, models=("a", "b", "c"), corpus={"shard_docs": 5}, build={"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows}
+        tmp_path,
+        docs=None,
+        models=("a", "b", "c"),
+        corpus={"shard_docs": 5},
+        build={"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows},
     ).load()
     docs = [Document(f"d{i}", " ".join(f"w{j}" for j in range(rng.integers(1, 9)))) for i in range(n_docs)]
     documents = documents_table(docs, 0.3, 0, 5)

@@ -4,10 +4,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.scoring.align import token_word_ranges
 from bbox_sae.config import EmbeddingConfig
-from bbox_sae.embedding.stage import load_embedder, plan_encoder_windows, pool_words, window_owner
 from bbox_sae.corpus.words import word_spans
+from bbox_sae.embedding.stage import load_embedder, plan_encoder_windows, pool_words, window_owner
+from bbox_sae.scoring.align import token_word_ranges
 
 
 @pytest.fixture(scope="module")

@@ -83,12 +83,7 @@ def assert_same_as_local(ref, got, docs=DOCS):
 # Text prompts cannot start a window inside a character (see the test below), so the long
 # document of the text mode is ASCII.
 TEXT_DOCS = [DOCS[0], ("unicode-short", "Ünïcödé — naïve café 🙂"), DOCS[2]]
-MODES = {
-    "echo": {},
-    "echo+1": {"max_tokens": 1},
-    "prompt_logprobs": {"prompt_logprobs": True},
-    "text": {"prompt_format": "text", "max_tokens": 1},
-}
+MODES = {"echo": {}, "echo+1": {"max_tokens": 1}, "prompt_logprobs": {"prompt_logprobs": True}, "text": {"prompt_format": "text", "max_tokens": 1}}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -207,8 +202,19 @@ def endpoint_project(tmp_path, servers, out="run", **model_kw) -> Project:
     """The documents above and five more, each model served by its server; the run in `tmp_path/out`."""
     texts = [text for _, text in DOCS] + [f"Extra document {i}: café, naïve, 東京 {i}." for i in range(5)]
     models = [
-        {"name": name, "source": "endpoint", "endpoints": [url], "tokenizer": str(tiny_lm_dir("smollm2")), "served_model": "tiny",
-         "start_token": START["smollm2"], "window": WINDOW, "stride": STRIDE, "backoff_base_s": 0.01, "timeout_s": 10.0, **model_kw}
+        {
+            "name": name,
+            "source": "endpoint",
+            "endpoints": [url],
+            "tokenizer": str(tiny_lm_dir("smollm2")),
+            "served_model": "tiny",
+            "start_token": START["smollm2"],
+            "window": WINDOW,
+            "stride": STRIDE,
+            "backoff_base_s": 0.01,
+            "timeout_s": 10.0,
+            **model_kw,
+        }
         for name, url in servers.items()
     ]
     docs = {f"doc{i}": t for i, t in enumerate(texts)}
@@ -231,10 +237,7 @@ def test_api_key_comes_from_the_environment(backends, tmp_path, monkeypatch):
 
 
 def logprob_tables(cfg):
-    return {
-        m.name: read_table(cfg.paths.logprobs(m.name)).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")]).to_pydict()
-        for m in cfg.models
-    }
+    return {m.name: read_table(cfg.paths.logprobs(m.name)).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")]).to_pydict() for m in cfg.models}
 
 
 def test_sharded_workers_fill_one_output_and_report_throughput(backends, tmp_path, capsys):
@@ -266,7 +269,10 @@ def test_a_killed_worker_resumes_without_redoing_finished_shards(backends, tmp_p
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         worker = subprocess.Popen(
             [sys.executable, "-m", "bbox_sae", "score", "-c", str(project.config), "--shard", "0/2"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         a_shard, b_shard = (ShardedTable(cfg.paths.logprobs(m)).shard_path(0) for m in ("a", "b"))
         done = a_shard.with_suffix(".json")  # the sidecar, written once the shard is

@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from bbox_sae.corpus.words import split_words
 from bbox_sae.errors import ConfigError
 from bbox_sae.evaluation import PlantedRule, load_rules, planted_logprobs, rule_masks
-from bbox_sae.corpus.words import split_words
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 def test_shipped_rules_match_what_they_say():
     rules, noise, seed = load_rules("configs/planted-rules-shakespeare.yaml")
     by_name = {r.name: r for r in rules}
-    text = "ROMEO.\nIf it were so, thou art fair? I do not know, my lord, not I; two men.\n\nJULIET.\nThey were here, and thy father too; truly, his hand is cold."
+    text = (
+        "ROMEO.\nIf it were so, thou art fair? I do not know, my lord, not I; two men.\n\nJULIET.\nThey were here, and thy father too; truly, his hand is cold."
+    )
     words = split_words(text)
     hits = {n: [words[i] for i in np.flatnonzero(r.matches(words))] for n, r in by_name.items()}
     assert hits["speech-start"] == ["ROMEO", "JULIET"]
@@ -40,9 +42,14 @@ def test_handbook_rules_match_what_they_say():
     words = split_words(text)
     hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words))] for r in rules}
     assert hits == {
-        "package-forms": ["Packages", "package"], "be-after-modal": ["be", "be"], "paragraph-start": ["Packages", "For"],
-        "opening-bracket": ["("], "number": ["2", "10"], "fixed-phrase": ["example", "instance", "file"],
-        "hardware": ["disk"], "passive-participle": ["mounted"],
+        "package-forms": ["Packages", "package"],
+        "be-after-modal": ["be", "be"],
+        "paragraph-start": ["Packages", "For"],
+        "opening-bracket": ["("],
+        "number": ["2", "10"],
+        "fixed-phrase": ["example", "instance", "file"],
+        "hardware": ["disk"],
+        "passive-participle": ["mounted"],
     }
 
 
@@ -89,7 +96,7 @@ def test_the_default_rules_are_found_in_an_installed_wheel(tmp_path):
         wheel.extractall(site)
     probe = (
         "import types, bbox_sae.evaluation as e; path = e.planted_rules_path(types.SimpleNamespace(planted_rules=None), None); "
-        "print(e.__file__); print(path); print(path.read_text() == open(%r).read())" % str(REPO / "configs" / "planted-rules-shakespeare.yaml")
+        "print(e.__file__); print(path); print(path.read_text() == open({!r}).read())".format(str(REPO / "configs" / "planted-rules-shakespeare.yaml"))
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     module, rules, same = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout.splitlines()

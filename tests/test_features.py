@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from bbox_sae.artifacts import read_table
-from bbox_sae.layout import logprob_column
 from bbox_sae.features import cut_context, run_features
 from bbox_sae.features.significance import (
     StreamingTopN,
@@ -22,14 +21,11 @@ from bbox_sae.features.significance import (
     sign_consistency,
     wilcoxon_p,
 )
+from bbox_sae.layout import logprob_column
 from helpers.planted import planted_pipeline
 
 
-@given(
-    acts=st.lists(st.lists(st.floats(-3, 3, width=32), min_size=4, max_size=4), min_size=1, max_size=60),
-    n=st.integers(1, 10),
-    chunk=st.integers(1, 17),
-)
+@given(acts=st.lists(st.lists(st.floats(-3, 3, width=32), min_size=4, max_size=4), min_size=1, max_size=60), n=st.integers(1, 10), chunk=st.integers(1, 17))
 @settings(max_examples=150, deadline=None)
 def test_streaming_top_n_equals_brute_force(acts, n, chunk):
     a = torch.tensor(acts, dtype=torch.float32)
@@ -89,17 +85,12 @@ def test_bh_matches_scipy(p):
         np.testing.assert_allclose(q[ok], sps.false_discovery_control(p[ok], method="bh"), rtol=0, atol=1e-12)
 
 
-@given(
-    x=st.lists(st.one_of(st.floats(-5, 5), st.sampled_from([0.0, 1.0])), min_size=2, max_size=200),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(x=st.lists(st.one_of(st.floats(-5, 5), st.sampled_from([0.0, 1.0])), min_size=2, max_size=200), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=60, deadline=None)
 def test_bootstrap_ci_matches_scipy_for_the_same_seed(x, seed):
     x = np.array(x)
     ours = bootstrap_median_ci(x, 200, seed)
-    theirs = sps.bootstrap(
-        (x,), np.median, n_resamples=200, method="percentile", rng=np.random.default_rng(seed), vectorized=True
-    ).confidence_interval
+    theirs = sps.bootstrap((x,), np.median, n_resamples=200, method="percentile", rng=np.random.default_rng(seed), vectorized=True).confidence_interval
     np.testing.assert_allclose(ours, (theirs.low, theirs.high), rtol=0, atol=1e-12)
 
 
@@ -111,6 +102,7 @@ def test_context_is_cut_at_word_boundaries():
 
 
 # ------------------------------------------------------------------ planted end-to-end
+
 
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory):
@@ -216,10 +208,10 @@ def test_a_label_claims_only_what_its_latent_mostly_fires_on(planted_run):
     fires on ...") is exactly its broader rules, each matching train words on which the latent
     fires at least half the time, and none of them inside the finding's own rules."""
     from bbox_sae.features import feature_source
+    from bbox_sae.features.rules import fit_rule
     from bbox_sae.labeling import labeled_features, run_label
     from bbox_sae.labeling.broader import broader_rules
     from bbox_sae.labeling.records import latent_rules
-    from bbox_sae.features.rules import fit_rule
 
     cfg, _, _ = planted_run
     run_label(cfg)

@@ -134,13 +134,13 @@ def enforce_fail(*args, **kwargs):
 def safetensors_full(*args, **kwargs):
     from safetensors import SafetensorError
 
-    raise SafetensorError('Error while serializing: I/O error: No space left on device (os error 28)')
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
 
-@pytest.mark.parametrize("target, raiser, needle", [
-    ("torch.save", enforce_fail, "enforce fail at inline_container.cc:672"),
-    ("sae_lens.saes.sae.save_file", safetensors_full, "no space left on device"),
-])
+@pytest.mark.parametrize(
+    "target, raiser, needle",
+    [("torch.save", enforce_fail, "enforce fail at inline_container.cc:672"), ("sae_lens.saes.sae.save_file", safetensors_full, "no space left on device")],
+)
 def test_disk_full_while_checkpointing_is_one_line_and_training_resumes(project, capsys, monkeypatch, target, raiser, needle):
     assert cli(capsys, "run", project, "--until", "build")[0] == 0
     with monkeypatch.context() as m:
@@ -202,10 +202,13 @@ def test_a_cuda_device_index_past_the_visible_gpus_is_a_config_error(monkeypatch
 # ---------------------------------------------------------------- 12: a GGUF that is not one
 
 
-@pytest.mark.parametrize("content, needle", [
-    (b"just some text, not a model\n", "not a GGUF file"),
-    (b"GGUF\x03\x00\x00\x00garbage", "cannot load GGUF"),  # the magic, then nothing a reader can parse
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"just some text, not a model\n", "not a GGUF file"),
+        (b"GGUF\x03\x00\x00\x00garbage", "cannot load GGUF"),  # the magic, then nothing a reader can parse
+    ],
+)
 def test_a_file_that_is_not_gguf_is_one_line_naming_it(tmp_path, capsys, content, needle):
     fake = tmp_path / "model.gguf"
     fake.write_bytes(content)

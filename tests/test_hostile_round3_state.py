@@ -25,6 +25,7 @@ from helpers.planted import THE_RULES_YAML
 from helpers.project import SMALL_RUN, TEXTS, Project, make_project, write_corpus
 from helpers.repo import load_script
 
+
 @pytest.fixture()
 def project(tmp_path) -> Project:
     return make_project(tmp_path, **SMALL_RUN)
@@ -51,8 +52,9 @@ def test_eval_planted_refuses_an_output_dir_holding_a_bbox_run(project, capsys):
     code, err = run(capsys, project)
     assert code == 0, err
     before = digests(project.root)
-    code, err = bbox(capsys, "eval", "planted", "-c", str(project.config), "-o", str(project.out),
-                     "--rules", str(project.root / "rules.yaml"), "--null-seeds", "0")
+    code, err = bbox(
+        capsys, "eval", "planted", "-c", str(project.config), "-o", str(project.out), "--rules", str(project.root / "rules.yaml"), "--null-seeds", "0"
+    )
     assert_one_line_error(code, err, f"output_dir {project.out}: holds a `bbox run`", "model 'b'", "output dir of its own (-o)")
     assert digests(project.root) == before  # b.parquet, the run's findings and its config.yaml alike
 

@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from bbox_sae.errors import _LINE_BREAKS
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.config import Config, CorpusConfig, load_config
 from bbox_sae.corpus.documents import load_documents
-from bbox_sae.errors import BBoxError, ConfigError, CorpusError
 from bbox_sae.corpus.words import split_words
+from bbox_sae.errors import _LINE_BREAKS, BBoxError, ConfigError, CorpusError
 from helpers.cli import bbox_process
 from helpers.project import make_project
 
@@ -104,11 +102,35 @@ def check_ingest(path: Path, **corpus) -> list:
 
 
 WEIRD_TEXT = st.sampled_from(
-    ["", " ", "\n\t  \r\n", "\u3000\u2028", "🙂", "🙂🙂👩\u200d👩\u200d👧", "word", "a", "e\u0301", "日本語", "\ufeffhi", "x\u0000y", "\ud800x", "caf\u00e9 ok", "\u200b"]
+    [
+        "",
+        " ",
+        "\n\t  \r\n",
+        "\u3000\u2028",
+        "🙂",
+        "🙂🙂👩\u200d👩\u200d👧",
+        "word",
+        "a",
+        "e\u0301",
+        "日本語",
+        "\ufeffhi",
+        "x\u0000y",
+        "\ud800x",
+        "caf\u00e9 ok",
+        "\u200b",
+    ]
 )
-TEXTS = st.one_of(st.text(max_size=40), WEIRD_TEXT, st.text(alphabet=" \t\n\r\u00a0\u2003", max_size=10), st.text(alphabet="🙂😀🎉👍🏽", min_size=1, max_size=8))
+TEXTS = st.one_of(
+    st.text(max_size=40), WEIRD_TEXT, st.text(alphabet=" \t\n\r\u00a0\u2003", max_size=10), st.text(alphabet="🙂😀🎉👍🏽", min_size=1, max_size=8)
+)
 IDS = st.one_of(
-    st.text(max_size=6), st.integers(-(10**20), 10**20), st.floats(allow_nan=True), st.booleans(), st.none(), st.lists(st.integers(), max_size=2), st.sampled_from(["a", "a\nb", "1", "x\u0000"])
+    st.text(max_size=6),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.sampled_from(["a", "a\nb", "1", "x\u0000"]),
 )
 JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=3))
 
@@ -134,7 +156,7 @@ RAW_LINES = st.sampled_from(
         b"   ",
         b"\xef\xbb\xbf" + b'{"id": "bom", "text": "after a BOM"}',
         b'{"id": "nul", "text": "raw \x00 byte"}',
-        b'\x00\x00',
+        b"\x00\x00",
         b'{"id": "bad", "text": "caf\xe9"}',
         b"\xff\xfe\xfd",
         b"[1, 2, 3]",
@@ -243,8 +265,12 @@ VALID = {
     "models": [{"name": "a", "source": "parquet", "path": "a.parquet"}, {"name": "b", "source": "hf", "path": "x", "window": 32, "stride": 16}],
     "sae": {"d_sae": 32, "k": 4},
 }
-YAML_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), st.sampled_from(["", "\x00", "a\nb", "-1", "1e9", "[", BIG_INT]))
-YAML_VALUES = st.recursive(YAML_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=8)
+YAML_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), st.sampled_from(["", "\x00", "a\nb", "-1", "1e9", "[", BIG_INT])
+)
+YAML_VALUES = st.recursive(
+    YAML_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=8
+)
 
 
 def paths_of(node, prefix=()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 
@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers.fake_openai import FakeOpenAI, Reply, json_reply, user_text
 
 from bbox_sae.config import config_from_dict
 from bbox_sae.errors import ArtifactError, ConfigError, EndpointError
@@ -35,6 +34,7 @@ from bbox_sae.labeling import (
 )
 from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
+from helpers.fake_openai import FakeOpenAI, Reply, json_reply, user_text
 
 MODELS = ("a", "b", "c")
 
@@ -59,26 +59,47 @@ def write_fixture(out: Path, latents: list[dict]) -> None:
     for spec in latents:
         for model_a, model_b, dlogp in spec.get("pairs", [("a", "b", 1.5)]):
             row = {
-                "latent": spec["latent"], "model_a": model_a, "model_b": model_b,
-                "n_top": len(spec["train"]), "density": 0.01, "max_activation": 3.0,
-                "median_dlogp": dlogp, "mean_dlogp": dlogp, "median_dp": dlogp / 10,
-                "ci_low": dlogp - 0.5, "ci_high": dlogp + 0.5, "consistency": 0.9,
-                "p_value": 0.001, "q_value": 0.01, "coherence": 0.7,
-                "holdout_n": len(spec.get("holdout", [])), "holdout_median_dlogp": dlogp,
-                "holdout_mean_dlogp": dlogp, "holdout_median_dp": dlogp / 10,
-                "generalizes": True, "paper_rule": True, "kept": spec.get("kept", True),
+                "latent": spec["latent"],
+                "model_a": model_a,
+                "model_b": model_b,
+                "n_top": len(spec["train"]),
+                "density": 0.01,
+                "max_activation": 3.0,
+                "median_dlogp": dlogp,
+                "mean_dlogp": dlogp,
+                "median_dp": dlogp / 10,
+                "ci_low": dlogp - 0.5,
+                "ci_high": dlogp + 0.5,
+                "consistency": 0.9,
+                "p_value": 0.001,
+                "q_value": 0.01,
+                "coherence": 0.7,
+                "holdout_n": len(spec.get("holdout", [])),
+                "holdout_median_dlogp": dlogp,
+                "holdout_mean_dlogp": dlogp,
+                "holdout_median_dp": dlogp / 10,
+                "generalizes": True,
+                "paper_rule": True,
+                "kept": spec.get("kept", True),
                 "better_model": model_a if dlogp > 0 else model_b if dlogp < 0 else None,
-                "top_words": " | ".join(sorted({w for _, w, _ in spec["train"]})), "source": "sae",
+                "top_words": " | ".join(sorted({w for _, w, _ in spec["train"]})),
+                "source": "sae",
             }
             for k, v in row.items():
                 feats[k].append(v)
         for split in ("train", "holdout", "negative", "contrast"):
             for rank, (left, word, right) in enumerate(spec.get(split, [])):
                 row = {
-                    "latent": spec["latent"], "split": split, "rank": rank,
-                    "doc_id": f"doc{spec['latent']}-{split}-{rank}", "word_idx": rank,
+                    "latent": spec["latent"],
+                    "split": split,
+                    "rank": rank,
+                    "doc_id": f"doc{spec['latent']}-{split}-{rank}",
+                    "word_idx": rank,
                     "activation": 0.0 if split in ("negative", "contrast") else 3.0 - 0.1 * rank,
-                    "in_top": split not in ("negative", "contrast"), "left": left, "word": word, "right": right,
+                    "in_top": split not in ("negative", "contrast"),
+                    "left": left,
+                    "word": word,
+                    "right": right,
                     **{f"logprob__{m}": -2.0 for m in MODELS},
                 }
                 for k, v in row.items():
@@ -94,17 +115,34 @@ def write_fixture(out: Path, latents: list[dict]) -> None:
 _F64 = pa.float64()
 FEATURE_SCHEMA = pa.schema(
     [("latent", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("n_top", pa.int32())]
-    + [(c, _F64) for c in ["density", "max_activation", "median_dlogp", "mean_dlogp", "median_dp", "ci_low",
-                           "ci_high", "consistency", "p_value", "q_value", "coherence"]]
+    + [
+        (c, _F64)
+        for c in ["density", "max_activation", "median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency", "p_value", "q_value", "coherence"]
+    ]
     + [("holdout_n", pa.int32())]
     + [(c, _F64) for c in ["holdout_median_dlogp", "holdout_mean_dlogp", "holdout_median_dp"]]
-    + [("generalizes", pa.bool_()), ("paper_rule", pa.bool_()), ("kept", pa.bool_()),
-       ("better_model", pa.string()), ("top_words", pa.string()), ("source", pa.string())]
+    + [
+        ("generalizes", pa.bool_()),
+        ("paper_rule", pa.bool_()),
+        ("kept", pa.bool_()),
+        ("better_model", pa.string()),
+        ("top_words", pa.string()),
+        ("source", pa.string()),
+    ]
 )
 CONTEXT_SCHEMA = pa.schema(
-    [("latent", pa.int32()), ("split", pa.string()), ("rank", pa.int32()), ("doc_id", pa.string()),
-     ("word_idx", pa.int32()), ("activation", pa.float32()), ("in_top", pa.bool_()),
-     ("left", pa.string()), ("word", pa.string()), ("right", pa.string())]
+    [
+        ("latent", pa.int32()),
+        ("split", pa.string()),
+        ("rank", pa.int32()),
+        ("doc_id", pa.string()),
+        ("word_idx", pa.int32()),
+        ("activation", pa.float32()),
+        ("in_top", pa.bool_()),
+        ("left", pa.string()),
+        ("word", pa.string()),
+        ("right", pa.string()),
+    ]
     + [(f"logprob__{m}", _F64) for m in MODELS]
 )
 
@@ -112,7 +150,8 @@ CONTEXT_SCHEMA = pa.schema(
 def simple_latent(latent: int, kept: bool = True, **extra) -> dict:
     """Train words ' alpha' tagged ctx<latent>; holdout positives ' pos', negatives ' neg'."""
     return {
-        "latent": latent, "kept": kept,
+        "latent": latent,
+        "kept": kept,
         "train": [(f"ctx{latent} example {r}", " alpha", " end") for r in range(3)],
         "holdout": [(f"held {r}", " pos", "") for r in range(2)],
         "negative": [(f"other {r}", " neg", "") for r in range(2)],
@@ -121,13 +160,15 @@ def simple_latent(latent: int, kept: bool = True, **extra) -> dict:
 
 
 def make_cfg(tmp: Path, **label):
-    return config_from_dict({
-        "output_dir": str(tmp), "corpus": {"path": "x.jsonl"},
-        "models": [{"name": "a", "source": "parquet", "path": "a.parquet"},
-                   {"name": "b", "source": "parquet", "path": "b.parquet"}],
-        "wandb": {"mode": "disabled"},
-        "label": {"backoff_base_s": 0.01, "backoff_max_s": 0.05, **label},
-    })
+    return config_from_dict(
+        {
+            "output_dir": str(tmp),
+            "corpus": {"path": "x.jsonl"},
+            "models": [{"name": "a", "source": "parquet", "path": "a.parquet"}, {"name": "b", "source": "parquet", "path": "b.parquet"}],
+            "wandb": {"mode": "disabled"},
+            "label": {"backoff_base_s": 0.01, "backoff_max_s": 0.05, **label},
+        }
+    )
 
 
 def llm_cfg(tmp: Path, server: FakeOpenAI, **label):
@@ -167,11 +208,7 @@ def stats(tmp: Path) -> dict:
 
 
 def test_happy_path_writes_labels_scores_and_stats(tmp_path):
-    write_fixture(tmp_path, [
-        simple_latent(1, pairs=[("a", "b", 1.5), ("a", "c", -2.0)]),
-        simple_latent(2),
-        simple_latent(3, kept=False),
-    ])
+    write_fixture(tmp_path, [simple_latent(1, pairs=[("a", "b", 1.5), ("a", "c", -2.0)]), simple_latent(2), simple_latent(3, kept=False)])
 
     def responder(body, index):
         # latent 2's judge says every example fits: recall 1, precision 1/2, balanced accuracy 1/2
@@ -209,8 +246,18 @@ def test_happy_path_writes_labels_scores_and_stats(tmp_path):
     assert len(lines) == 4 and sum("<< pos>>" in x for x in lines) == 2 and sum("<< neg>>" in x for x in lines) == 2
     assert "alpha" not in "".join(lines)  # the judge never sees the examples the labeler saw
 
-    expected = {"requests": 4, "cache_hits": 0, "retries": 0, "failures": 0, "prompt_tokens": 40,
-                "completion_tokens": 20, "cost": 0.08, "labeled": 2, "unlabeled": 0, "features": 2}
+    expected = {
+        "requests": 4,
+        "cache_hits": 0,
+        "retries": 0,
+        "failures": 0,
+        "prompt_tokens": 40,
+        "completion_tokens": 20,
+        "cost": 0.08,
+        "labeled": 2,
+        "unlabeled": 0,
+        "features": 2,
+    }
     assert {k: result[k] for k in expected} == expected
     assert stats(tmp_path) == result
 
@@ -403,7 +450,7 @@ def test_backoff_grows_is_capped_and_honours_retry_after():
     assert backoff_delay(0, 0.01, 0.05, jitter=0.5, retry_after_s=2.0) == 2.0
     assert retry_after_seconds({"retry-after": "3"}) == 3.0
     assert retry_after_seconds({}) is None and retry_after_seconds({"retry-after": "soon"}) is None
-    later = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert 25 <= retry_after_seconds({"retry-after": later}) <= 31
 
 
@@ -428,7 +475,7 @@ COMMA_BEFORE_NAME = {
     "train": [
         ('"I told you', ",", ' Harry," said Ron.'),
         ('"Come on', ",", ' Hermione," he whispered.'),
-        ('"Listen', ",", " Neville. We have to go.\""),
+        ('"Listen', ",", ' Neville. We have to go."'),
         ('"Thank you', ",", ' Professor," she answered.'),
         ('"Wait', ",", ' Ginny!" shouted Fred.'),
     ],
@@ -494,9 +541,9 @@ def test_heuristic_labeler_end_to_end(tmp_path):
 def test_a_latent_broader_than_its_finding_says_what_else_it_fires_on():
     """Latent fires on 'st' (its finding's rule) and on place names (its `broader` rules): the label
     names both, is marked incoherent, and the judge counts both."""
+    from bbox_sae.features.rules import Rule
     from bbox_sae.labeling import heuristic_label
     from bbox_sae.labeling.records import FeatureExamples
-    from bbox_sae.features.rules import Rule
 
     def ctx(word: str) -> Context:
         return Context("And thou know", word, " it well")
@@ -563,11 +610,14 @@ def test_negatives_of_a_finding_member_are_words_where_no_member_fires():
 
     n_rows = 40
     acts = torch.zeros(n_rows, 3)
-    acts[0:10, 0] = 1.0   # latent 0's words
+    acts[0:10, 0] = 1.0  # latent 0's words
     acts[10:20, 1] = 1.0  # its sibling's words, same form
     acts[20:25, 2] = 1.0  # an unrelated latent
     matrix = np.arange(n_rows, dtype=np.float32)[:, None]
-    encode = lambda x: acts[x[:, 0].long()]
+
+    def encode(x):
+        return acts[x[:, 0].long()]
+
     pool = np.arange(n_rows)
     forms = np.array(["name"] * 20 + ["other"] * 20, dtype=object)
     findings = pa.table({"latents": ["0,1"]})

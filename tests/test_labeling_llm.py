@@ -9,11 +9,11 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from helpers.fake_openai import FakeOpenAI, json_reply, user_text
 from test_labeling import WERE_AFTER_IF, fixture_negatives, is_detection, labels, llm_cfg, numbered_lines, simple_latent, smart, write_fixture  # noqa: F401
 
 from bbox_sae.labeling import detection_scores, run_label
 from bbox_sae.layout import RunLayout
+from helpers.fake_openai import FakeOpenAI, json_reply, user_text
 
 
 def is_fuzz(body: dict) -> bool:

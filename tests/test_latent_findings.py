@@ -16,8 +16,14 @@ OBJECTS = (
     "chair table door window lamp cup plate spoon bottle box bag coat shoe hat book pen clock bed desk shelf basket "
     "bucket candle mirror blanket pillow kettle ladder hammer brush towel drum"
 ).split()
-FRAMES = ["The {} was seen near the river.", "A {} stood by the gate.", "We found the {} behind the barn.", "Her {} lay beside the wall.",
-          "The old {} waited at the door.", "Nobody moved the {} that morning."]
+FRAMES = [
+    "The {} was seen near the river.",
+    "A {} stood by the gate.",
+    "We found the {} behind the barn.",
+    "Her {} lay beside the wall.",
+    "The old {} waited at the door.",
+    "Nobody moved the {} that morning.",
+]
 
 
 def animal_corpus(n_docs: int = 300) -> list[str]:
@@ -75,10 +81,9 @@ def test_an_llm_names_a_latent_finding_and_its_name_is_tested_on_held_out_words(
     judge reading just the name picks the finding's held-out words from the near misses."""
     import re
 
-    from helpers.fake_openai import FakeOpenAI, json_reply, user_text
-
     from bbox_sae.labeling import run_label
     from bbox_sae.labeling.finding_statements import labeled_findings
+    from helpers.fake_openai import FakeOpenAI, json_reply, user_text
 
     cfg, _ = animal_run
 

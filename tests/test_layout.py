@@ -15,9 +15,9 @@ import pytest
 
 from bbox_sae.artifacts import read_table
 from bbox_sae.config import config_from_dict
+from bbox_sae.labeling import run_label
 from bbox_sae.layout import RunLayout, SaeRunLayout, logprob_column
 from bbox_sae.schemas import TOP_ACTIVATIONS_SCHEMA, contexts_schema
-from bbox_sae.labeling import run_label
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "artifacts.md"
 ROOT = Path("/run")
@@ -143,18 +143,16 @@ def test_config_paths_follow_the_config():
 def features_run(tmp_path_factory, tiny_encoder):
     """ingest -> score (imported log-probs) -> embed (tiny encoder) -> build -> train -> features, small."""
     from bbox_sae.build.matrix import run_build
+    from bbox_sae.corpus.ingest import ingest
     from bbox_sae.embedding.stage import run_embed
     from bbox_sae.features import run_features
-    from bbox_sae.train.sae import run_train
-    from bbox_sae.corpus.ingest import ingest
     from bbox_sae.scoring.stage import run_score
+    from bbox_sae.train.sae import run_train
 
     root = tmp_path_factory.mktemp("layout")
     rng = np.random.default_rng(0)
     sentences = ["If you were here, all would be well.", "The men were tired.", "We sat by the fire.", "Bring me the book."]
-    (root / "corpus.jsonl").write_text(
-        "".join(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(sentences, size=3))}) + "\n" for i in range(40))
-    )
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(sentences, size=3))}) + "\n" for i in range(40)))
     cfg = config_from_dict(
         {
             "output_dir": str(root / "out"),
@@ -193,7 +191,7 @@ def test_contexts_conform_to_their_schema(features_run):
     assert set(contexts["split"].to_pylist()) == {"train", "holdout"}
     expected = contexts_schema(models)
     assert contexts.schema.remove_metadata().equals(expected), f"{contexts.schema} != {expected}"
-    assert [logprob_column(m) for m in models] == expected.names[-len(models):]
+    assert [logprob_column(m) for m in models] == expected.names[-len(models) :]
 
 
 def test_label_negatives_conform_to_the_contexts_schema(features_run):

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.assets import ASSETS
 from bbox_sae.config import ModelConfig
 from bbox_sae.errors import EndpointError
 from bbox_sae.models import convert_gguf, load_causal_lm, resolve_gguf
 from bbox_sae.scoring.endpoint import EndpointScorer
 from bbox_sae.scoring.hf import HFScorer
 from bbox_sae.scoring.stage import word_logprob_rows
+from helpers.assets import ASSETS
 
 pytestmark = [
     pytest.mark.llamacpp,
@@ -51,7 +51,8 @@ def server(gguf, tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"],
-            stdout=out, stderr=subprocess.STDOUT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -111,11 +112,11 @@ def test_llamacpp_logprobs_after_bos_match_transformers(server, transformers_lm)
     # per word: the first token, which the server blanks, keeps the local value on both sides
     theirs = local.logprobs.copy()
     theirs[1:] = got["token_logprobs"][1:n]
-    word_delta = np.abs(
-        word_logprob_rows("para", PARAGRAPH, local.offsets, theirs)[2] - word_logprob_rows("para", PARAGRAPH, local.offsets, local.logprobs)[2]
+    word_delta = np.abs(word_logprob_rows("para", PARAGRAPH, local.offsets, theirs)[2] - word_logprob_rows("para", PARAGRAPH, local.offsets, local.logprobs)[2])
+    print(
+        f"\nllama.cpp Q4_1 vs transformers (dequantized): mean |Δ| per token {delta.mean():.4f} (max {delta.max():.4f}), "
+        f"per word {word_delta.mean():.4f} over {len(word_delta)} words"
     )
-    print(f"\nllama.cpp Q4_1 vs transformers (dequantized): mean |Δ| per token {delta.mean():.4f} (max {delta.max():.4f}), "
-          f"per word {word_delta.mean():.4f} over {len(word_delta)} words")
     assert delta.mean() < 0.25 and np.corrcoef(got["token_logprobs"][1:n], local.logprobs[1:])[0, 1] > 0.99
 
 

@@ -22,8 +22,17 @@ pytestmark = [
 def test_labels_features_through_a_real_openai_compatible_server(server, tmp_path):  # noqa: F811
     write_fixture(tmp_path, [WERE_AFTER_IF, COMMA_BEFORE_NAME, NEWLINE_RUNS])
     cfg = make_cfg(
-        tmp_path, labeler="llm", base_url=f"{server}/v1", model="SmolLM2-135M-Instruct", api_key_env="BBOX_TEST_UNSET_KEY",
-        concurrency=1, max_retries=2, timeout_s=300, examples=5, fuzz_examples=2, contrast_examples=2,
+        tmp_path,
+        labeler="llm",
+        base_url=f"{server}/v1",
+        model="SmolLM2-135M-Instruct",
+        api_key_env="BBOX_TEST_UNSET_KEY",
+        concurrency=1,
+        max_retries=2,
+        timeout_s=300,
+        examples=5,
+        fuzz_examples=2,
+        contrast_examples=2,
     )
     first = run_label(cfg)
     answered = len(list(RunLayout(tmp_path).label_cache.glob("*.json")))

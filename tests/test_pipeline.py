@@ -83,8 +83,20 @@ def test_final_summary_says_how_many_findings_it_does_not_list(monkeypatch, tmp_
     from bbox_sae import pipeline
     from bbox_sae.labeling import finding_statements
 
-    rows = [{"finding": i, "better_model": "a" if i < 10 else "b", "latents": str(i), "statement": f"'w{i}'", "top_words": f"w{i} (3)",
-             "kind": "rule" if i else "latent", "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5} for i in range(12)]
+    rows = [
+        {
+            "finding": i,
+            "better_model": "a" if i < 10 else "b",
+            "latents": str(i),
+            "statement": f"'w{i}'",
+            "top_words": f"w{i} (3)",
+            "kind": "rule" if i else "latent",
+            "holdout_median_dlogp": 1.0,
+            "holdout_ci_low": 0.5,
+            "holdout_ci_high": 1.5,
+        }
+        for i in range(12)
+    ]
     monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: rows)
     console = Console(record=True, width=200)
     pipeline._final_summary(SimpleNamespace(paths=SimpleNamespace(findings=tmp_path / "f", report_html=tmp_path / "r.html")), console)

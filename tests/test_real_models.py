@@ -4,11 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from bbox_sae.scoring.align import align_logprobs
-from bbox_sae.models import causal_lm_location, load_causal_lm
-from bbox_sae.scoring.hf import HFScorer
 from bbox_sae.corpus.words import word_spans
-
+from bbox_sae.models import causal_lm_location, load_causal_lm
+from bbox_sae.scoring.align import align_logprobs
+from bbox_sae.scoring.hf import HFScorer
 from helpers.assets import ASSETS
 
 pytestmark = pytest.mark.slow

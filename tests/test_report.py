@@ -16,8 +16,8 @@ from markupsafe import escape
 from bbox_sae.config import config_from_dict
 from bbox_sae.errors import ArtifactError
 from bbox_sae.features import FINDING_SCHEMA
-from bbox_sae.report import FINDING_COLUMNS, WANDB_COLUMNS, run_report
 from bbox_sae.layout import RunLayout
+from bbox_sae.report import FINDING_COLUMNS, WANDB_COLUMNS, run_report
 
 HOSTILE_WORD = "<script>alert(1)</script>"
 HOSTILE_LEFT = "before </script><script>alert(2)</script> "
@@ -119,12 +119,32 @@ CONTEXT_SCHEMA = pa.schema(
 
 def _finding(finding: int, better: str, rule: str | None, delta: float, latents: str, statement: str | None = None) -> dict:
     return {
-        "finding": finding, "model_a": "alpha", "model_b": "beta", "better_model": better, "latents": latents,
-        "n_latents": latents.count(",") + 1, "n_top": 40, "holdout_n": 12, "median_dlogp": delta, "mean_dlogp": delta,
-        "median_dp": 0.2, "ci_low": delta - 0.3, "ci_high": delta + 0.3, "consistency": 0.9, "holdout_median_dlogp": delta,
-        "holdout_ci_low": delta - 0.5, "holdout_ci_high": delta + 0.5, "holdout_p_value": 1e-4, "rule": rule,
-        "rule_json": None, "rule_precision": 0.8 if rule else None, "rule_recall": 0.9 if rule else None, "rule_f1": 0.85 if rule else None,
-        "top_words": "were (30)", "kind": "rule" if rule else "latent", "statement": rule or statement,
+        "finding": finding,
+        "model_a": "alpha",
+        "model_b": "beta",
+        "better_model": better,
+        "latents": latents,
+        "n_latents": latents.count(",") + 1,
+        "n_top": 40,
+        "holdout_n": 12,
+        "median_dlogp": delta,
+        "mean_dlogp": delta,
+        "median_dp": 0.2,
+        "ci_low": delta - 0.3,
+        "ci_high": delta + 0.3,
+        "consistency": 0.9,
+        "holdout_median_dlogp": delta,
+        "holdout_ci_low": delta - 0.5,
+        "holdout_ci_high": delta + 0.5,
+        "holdout_p_value": 1e-4,
+        "rule": rule,
+        "rule_json": None,
+        "rule_precision": 0.8 if rule else None,
+        "rule_recall": 0.9 if rule else None,
+        "rule_f1": 0.85 if rule else None,
+        "top_words": "were (30)",
+        "kind": "rule" if rule else "latent",
+        "statement": rule or statement,
         "word_set_json": None if rule else json.dumps({"forms": ["were"], "counts": [30], "suffix": None, "left": None}),
     }
 

@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 
 import pytest
+from test_report import FEATURES, HOSTILE_LABEL, HOSTILE_WORD, N_HOLDOUT, N_IN_TOP, N_TRAIN, build_output_dir, report_config
 
 from bbox_sae.layout import RunLayout
 from bbox_sae.report import run_report
-from test_report import FEATURES, HOSTILE_LABEL, HOSTILE_WORD, N_HOLDOUT, N_IN_TOP, N_TRAIN, build_output_dir, report_config
 
 pytestmark = pytest.mark.browser
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from bbox_sae.report import WANDB_COLUMNS, run_report
-from bbox_sae.layout import RunLayout
 from test_report import FEATURES, build_output_dir, embedded_data, report_config
+
+from bbox_sae.layout import RunLayout
+from bbox_sae.report import WANDB_COLUMNS, run_report
 
 # latent -> (rule, rule precision, rule recall, detection score, fuzzing score); None: not scored.
 SCORED = {
@@ -25,7 +25,19 @@ SCORED = {
     5: (None, None, None, None, None),
     6: ("'of' before a noun", 0.2, 0.1, 0.74, 0.65),
 }
-NUMERIC = {"latent", "label_score", "fuzz_score", "rule_precision", "rule_recall", "median_dlogp", "ci_low", "q_value", "consistency", "holdout_median_dlogp", "density"}
+NUMERIC = {
+    "latent",
+    "label_score",
+    "fuzz_score",
+    "rule_precision",
+    "rule_recall",
+    "median_dlogp",
+    "ci_low",
+    "q_value",
+    "consistency",
+    "holdout_median_dlogp",
+    "density",
+}
 
 
 def scored_output_dir(out: Path, fuzz: bool) -> Path:

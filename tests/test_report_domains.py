@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_report import CONTEXT_SCHEMA, FEATURES, build_output_dir, corpus_stats, embedded_data, report_config
 
 from bbox_sae.features.domains import NO_DOMAIN
-from bbox_sae.report import run_report
 from bbox_sae.layout import RunLayout
-from test_report import CONTEXT_SCHEMA, FEATURES, build_output_dir, corpus_stats, embedded_data, report_config
+from bbox_sae.report import run_report
 
 SCREENSHOT = Path(__file__).resolve().parents[1] / "test-artifacts" / "report-domains.png"
 
@@ -48,7 +48,15 @@ def _domain_contexts(out: Path, train=LATENT0_TRAIN, holdout=LATENT0_HOLDOUT) ->
     pq.write_table(pa.Table.from_pylist(rows, schema=CONTEXT_SCHEMA), RunLayout(out).contexts)
     docs = sorted(domain_of)
     pq.write_table(
-        pa.table({"doc_id": docs, "text": ["t"] * len(docs), "split": ["train"] * len(docs), "domain": [domain_of[d] for d in docs], "shard": pa.array([0] * len(docs), pa.int64())}),
+        pa.table(
+            {
+                "doc_id": docs,
+                "text": ["t"] * len(docs),
+                "split": ["train"] * len(docs),
+                "domain": [domain_of[d] for d in docs],
+                "shard": pa.array([0] * len(docs), pa.int64()),
+            }
+        ),
         RunLayout(out).documents,
     )
     stats = corpus_stats()
@@ -136,7 +144,10 @@ def test_domain_filter_and_card_table_in_the_browser(domain_run, browser):
     page.click('#features tr.feature-row[data-latent="0"]')
     table = page.locator("#card-domain-table tbody tr")
     assert table.evaluate_all("rows => rows.map(r => [r.dataset.domain, r.dataset.holds])") == [
-        ["play", "true"], ["poem", "false"], ["sonnet", ""], ["web", ""]
+        ["play", "true"],
+        ["poem", "false"],
+        ["sonnet", ""],
+        ["web", ""],
     ]
     assert page.locator('#card-domain-table tr[data-domain="poem"] td.holds-no').text_content() == "no"
     assert page.locator('#card-domain-table tr[data-domain="play"]').get_attribute("class") == "filtered"

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_report import CONTEXT_SCHEMA, corpus_stats, embedded_data, report_config
 
+from bbox_sae.layout import RunLayout
 from bbox_sae.report import run_report
 from bbox_sae.report.views import HIST_BINS, delta_histogram
-from bbox_sae.layout import RunLayout
-from test_report import CONTEXT_SCHEMA, corpus_stats, embedded_data, report_config
 
 N_LATENTS, PER_SPLIT, N_DOMAINS = 3000, 20, 30
 MAX_BYTES = 8 * 2**20
@@ -70,7 +70,9 @@ def large_run(tmp_path_factory):
     docs = sorted({r["doc_id"] for r in rows})
     domains = [d.rsplit("-", 1)[0] for d in docs]
     pq.write_table(
-        pa.table({"doc_id": docs, "text": ["t"] * len(docs), "split": ["train"] * len(docs), "domain": domains, "shard": pa.array([0] * len(docs), pa.int64())}),
+        pa.table(
+            {"doc_id": docs, "text": ["t"] * len(docs), "split": ["train"] * len(docs), "domain": domains, "shard": pa.array([0] * len(docs), pa.int64())}
+        ),
         RunLayout(out).documents,
     )
     RunLayout(out).corpus_stats.write_text(json.dumps(corpus_stats()))

@@ -74,9 +74,7 @@ class EditedProject:
 
 def _files(root: Path) -> dict[str, bytes]:
     return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name not in NOT_COMPARED and not p.name.startswith(".")
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in NOT_COMPARED and not p.name.startswith(".")
     }
 
 

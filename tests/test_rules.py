@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.build.matrix import performance_columns
+from bbox_sae.corpus.words import split_words
 from bbox_sae.features import blind_rows
 from bbox_sae.features.findings import group_latents
-from bbox_sae.labeling import Context, context_matches
 from bbox_sae.features.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, normalize_form, word_attributes
-from bbox_sae.corpus.words import split_words
+from bbox_sae.labeling import Context, context_matches
 
 TEXT = "I do not know. Not I.\n\nROMEO.\nIs it not so? I will not go.\n\nJULIET.\nNot now; not here. They did not.\n"
 

@@ -55,8 +55,7 @@ def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, mo
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
         assert lines[0] == (
-            f"bbox: error: {work.root} is in use by another bbox run (pid {first.pid} on {holder['host']}, "
-            f"started {holder['started']}); wait for it to finish"
+            f"bbox: error: {work.root} is in use by another bbox run (pid {first.pid} on {holder['host']}, started {holder['started']}); wait for it to finish"
         )
     finally:
         sigkill(first)
@@ -149,6 +148,6 @@ def test_racing_takers_of_a_stale_lock_never_both_hold_it(tmp_path):
     held = sorted(json.loads(p.read_text()) for p in logs.glob("held-*"))
     refused = list(logs.glob("refused-*"))
     assert len(held) + len(refused) == 4 and held, (held, refused)
-    for (a0, a1), (b0, b1) in zip(held, held[1:]):
+    for (_a0, a1), (b0, _b1) in zip(held, held[1:]):
         assert a1 <= b0, f"two runs held the lock at once: {held}"
     assert not out.lock.exists()

@@ -34,7 +34,14 @@ def test_wandb_offline_run_has_the_logged_keys(tmp_path):
     runs = list(cfg.paths.wandb.rglob("offline-run-*"))
     assert len(runs) == 1
     blob = next(runs[0].glob("*.wandb")).read_bytes()
-    for key in (b"losses/mse_loss", b"metrics/l0", b"sparsity/dead_features", b"metrics/explained_variance", b"eval/log10_activation_frequency", b"eval/holdout_mean_l0_training_mode"):
+    for key in (
+        b"losses/mse_loss",
+        b"metrics/l0",
+        b"sparsity/dead_features",
+        b"metrics/explained_variance",
+        b"eval/log10_activation_frequency",
+        b"eval/holdout_mean_l0_training_mode",
+    ):
         assert key in blob
     assert not (tmp_path / "wandb").exists()
 

@@ -4,11 +4,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.scoring.align import align_logprobs
+from bbox_sae.corpus.words import word_spans
 from bbox_sae.models import load_causal_lm
+from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.scoring.base import plan_windows
 from bbox_sae.scoring.hf import HFScorer
-from bbox_sae.corpus.words import word_spans
 from helpers.project import make_project
 from helpers.repo import load_script
 

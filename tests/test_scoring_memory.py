@@ -60,9 +60,7 @@ MEASURE = textwrap.dedent(
 
 
 def _peak(n_chars: int) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(n_chars), str(tiny_lm_dir("smollm2"))], capture_output=True, text=True, timeout=600
-    )
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(n_chars), str(tiny_lm_dir("smollm2"))], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -31,8 +31,13 @@ def run(tmp_path_factory):
         sae={"architecture": "topk", "d_sae": 24, "k": 4, "batch_size": 128, "epochs": 3, "lr": 0.003},
         # Filters off: random models differ everywhere, and every pair must reach labels and report.
         features={
-            "top_n": 10, "bootstrap_samples": 50, "min_abs_median_dlogp": 0.0, "min_abs_median_dp": 0.0,
-            "require_significance": False, "require_generalize": False, "min_activations": 1,
+            "top_n": 10,
+            "bootstrap_samples": 50,
+            "min_abs_median_dlogp": 0.0,
+            "min_abs_median_dp": 0.0,
+            "require_significance": False,
+            "require_generalize": False,
+            "min_activations": 1,
         },
     )
     config = project.load()

@@ -62,7 +62,9 @@ def test_each_model_is_served_on_its_gpus_while_it_is_scored(tmp_path):
     cfg.write_text(yaml.safe_dump(load_script("scripts/endpoint_config.py").endpoint_models(raw, base_port=base, replicas=2, concurrency=4)))
     ports = {"a": [base, base + 1], "b": [base + 100, base + 101]}
     vllm = _executable(tmp_path / "vllm", f"#!{sys.executable}\n" + FAKE_VLLM)
-    bbox = _executable(tmp_path / "bbox", textwrap.dedent(f"""\
+    bbox = _executable(
+        tmp_path / "bbox",
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import json, sys, urllib.request
         up = {{}}
@@ -74,10 +76,21 @@ def test_each_model_is_served_on_its_gpus_while_it_is_scored(tmp_path):
                     up[p] = False
         with open({str(tmp_path / "calls.jsonl")!r}, "a") as fh:
             fh.write(json.dumps({{"argv": sys.argv[1:], "up": up}}) + "\\n")
-        """))
-    env = {**os.environ, "VLLM": str(vllm), "BBOX": str(bbox), "PY": sys.executable, "RECORD": str(tmp_path / "servers.jsonl"),
-           "CUDA_VISIBLE_DEVICES": "5,7", "LOGS": str(tmp_path / "logs"), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "score_with_vllm.sh"), str(cfg), "--shard", "1/3"], env=env, capture_output=True, text=True, timeout=300)
+        """),
+    )
+    env = {
+        **os.environ,
+        "VLLM": str(vllm),
+        "BBOX": str(bbox),
+        "PY": sys.executable,
+        "RECORD": str(tmp_path / "servers.jsonl"),
+        "CUDA_VISIBLE_DEVICES": "5,7",
+        "LOGS": str(tmp_path / "logs"),
+        "PYTHONPATH": str(REPO),
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "score_with_vllm.sh"), str(cfg), "--shard", "1/3"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
 
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
@@ -87,7 +100,11 @@ def test_each_model_is_served_on_its_gpus_while_it_is_scored(tmp_path):
         assert all(call["up"][str(p)] for p in ports[name]) and not any(call["up"][str(p)] for p in ports[other])
     servers = [json.loads(line) for line in (tmp_path / "servers.jsonl").read_text().splitlines()]
     assert sorted((s["model"], s["port"], s["gpu"]) for s in servers) == [
-        ("org/model-a", base, "5"), ("org/model-a", base + 1, "7"), ("org/model-b", base + 100, "5"), ("org/model-b", base + 101, "7")]
+        ("org/model-a", base, "5"),
+        ("org/model-a", base + 1, "7"),
+        ("org/model-b", base + 100, "5"),
+        ("org/model-b", base + 101, "7"),
+    ]
     assert not any(_up(p) for ps in ports.values() for p in ps)
 
 
@@ -95,8 +112,15 @@ def test_more_replicas_than_gpus_is_refused_before_any_server_starts(tmp_path):
     raw = {"output_dir": "o", "corpus": {"path": "c"}, "models": [{"name": "a", "path": "x/a"}, {"name": "b", "path": "x/b"}]}
     cfg = tmp_path / "vllm.yaml"
     cfg.write_text(yaml.safe_dump(load_script("scripts/endpoint_config.py").endpoint_models(raw, base_port=_free_base(), replicas=2, concurrency=4)))
-    env = {**os.environ, "VLLM": "/bin/false", "BBOX": "/bin/false", "PY": sys.executable, "CUDA_VISIBLE_DEVICES": "0",
-           "LOGS": str(tmp_path / "logs"), "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "VLLM": "/bin/false",
+        "BBOX": "/bin/false",
+        "PY": sys.executable,
+        "CUDA_VISIBLE_DEVICES": "0",
+        "LOGS": str(tmp_path / "logs"),
+        "PYTHONPATH": str(REPO),
+    }
     proc = subprocess.run(["bash", str(REPO / "scripts" / "score_with_vllm.sh"), str(cfg)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "2 replicas but only 1 GPU(s)" in proc.stderr
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.features.latent_sets import context_groups, group_forms
-from bbox_sae.features.word_sets import WordSet, describe_word_set
 from bbox_sae.features.rules import Rule, word_attributes
+from bbox_sae.features.word_sets import WordSet, describe_word_set
 
 WORDS = [" is", " installed", " used", " the", " disk", " heart", " my", " lord", " stored", ".", "\n\n", " truly", " was"]
 

@@ -5,8 +5,32 @@ from bbox_sae.corpus.words import split_words, word_spans
 
 # Text built from the hard cases: emoji, CJK, combining marks, tabs, CRLF, NBSP, and edges of whitespace.
 PIECES = st.sampled_from(
-    ["Hello", " world", "  ", "\t", "\r\n", "\n\n", "日本語", "🙂", "👩‍👩‍👧", "e\u0301", "\u0301", "café", "'s", "'ll", "12", " 3.5",
-     "--", "!?", "\u00a0", " ", "x", "If you were", "\u200b", "\U0001F600\U0001F600"]
+    [
+        "Hello",
+        " world",
+        "  ",
+        "\t",
+        "\r\n",
+        "\n\n",
+        "日本語",
+        "🙂",
+        "👩‍👩‍👧",
+        "e\u0301",
+        "\u0301",
+        "café",
+        "'s",
+        "'ll",
+        "12",
+        " 3.5",
+        "--",
+        "!?",
+        "\u00a0",
+        " ",
+        "x",
+        "If you were",
+        "\u200b",
+        "\U0001f600\U0001f600",
+    ]
 )
 TEXT = st.one_of(st.text(max_size=200), st.lists(PIECES, max_size=40).map("".join))
 
@@ -25,9 +49,7 @@ def test_words_tile_the_text(text):
 
 
 def test_gpt2_style_segmentation():
-    assert split_words("If you were there,  he'd\n\nsay 12!") == [
-        "If", " you", " were", " there", ",", " ", " he", "'d", "\n\n", "say", " 12", "!"
-    ]
+    assert split_words("If you were there,  he'd\n\nsay 12!") == ["If", " you", " were", " there", ",", " ", " he", "'d", "\n\n", "say", " 12", "!"]
 
 
 def test_combining_marks_stay_with_their_letters():
