@@ -212,3 +212,18 @@ def run_child(cmd: list[str], env: dict | None = None, timeout: float | None = N
 
 def python() -> str:
     return sys.executable
+
+
+def worker_command(script: str, *positional: str, **flags) -> list[str]:
+    """A child process running `script --worker` with `--flag value` per keyword (underscores
+    become dashes; None is left out)."""
+    cmd = [python(), script, "--worker", *positional]
+    for flag, value in flags.items():
+        if value is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(value)]
+    return cmd
+
+
+def results_header(args, name: str, threads: int | None, device: str) -> dict:
+    """What every benchmark's results file starts with."""
+    return {"benchmark": name, "quick": args.quick, "environment": environment(threads, device)}

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEMO_CONFIG,
     base_parser,
-    environment,
     load_snapshot,
     peak_rss_mb,
     print_table,
+    results_header,
     setup_torch,
     write_results,
 )
@@ -263,9 +263,7 @@ def main(argv=None) -> int:
         args,
         NAME,
         {
-            "benchmark": NAME,
-            "quick": args.quick,
-            "environment": environment(threads, args.device),
+            **results_header(args, NAME, threads, args.device),
             "embedding_model": cfg.embedding.package or cfg.embedding.model,
             "embed": embed,
             "build": build,

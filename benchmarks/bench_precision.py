@@ -44,9 +44,9 @@ from _common import (  # noqa: E402
     load_snapshot,
     peak_rss_mb,
     print_table,
-    python,
     run_child,
     setup_torch,
+    worker_command,
     write_results,
 )
 from bench_scoring import demo_documents  # noqa: E402
@@ -201,23 +201,7 @@ def main(argv=None) -> int:
     before = load_snapshot()
     results = []
     for name in models:
-        cmd = [
-            python(),
-            __file__,
-            "--worker",
-            "--model",
-            name,
-            "--config",
-            args.config,
-            "--docs",
-            str(args.docs),
-            "--threads",
-            str(threads),
-            "--repeats",
-            str(args.repeats),
-            "--variants",
-            args.variants,
-        ]
+        cmd = worker_command(__file__, model=name, config=args.config, docs=args.docs, threads=threads, repeats=args.repeats, variants=args.variants)
         if args.cache_dir:
             cmd += ["--cache-dir", args.cache_dir]
         print(f"[precision] {name} ...", file=sys.stderr, flush=True)

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     base_parser,
-    environment,
     load_snapshot,
     peak_rss_mb,
     print_table,
+    results_header,
     setup_torch,
     sync,
     write_results,
@@ -267,9 +267,7 @@ def main(argv=None) -> int:
         args,
         NAME,
         {
-            "benchmark": NAME,
-            "quick": args.quick,
-            "environment": environment(threads, args.device),
+            **results_header(args, NAME, threads, args.device),
             "settings": {k: v for k, v in vars(args).items() if k not in ("results_dir",)},
             "synthetic_setup_s": round(setup_s, 2),
             "results": results,

@@ -33,14 +33,14 @@ from _common import (  # noqa: E402
     DEMO_CONFIG,
     base_parser,
     demo_threads,
-    environment,
     load_snapshot,
     matmul_gflops,
     peak_rss_mb,
     print_table,
-    python,
+    results_header,
     run_child,
     setup_torch,
+    worker_command,
     write_results,
 )
 
@@ -206,30 +206,10 @@ def main(argv=None) -> int:
             saved = {}
             for method in methods:
                 saved[method] = Path(tmp) / f"{name}-{method}.npy"
-                cmd = [
-                    python(),
-                    __file__,
-                    "--worker",
-                    method,
-                    "--model",
-                    name,
-                    "--config",
-                    args.config,
-                    "--docs",
-                    str(args.docs),
-                    "--threads",
-                    str(threads),
-                    "--device",
-                    args.device,
-                    "--dtype",
-                    args.dtype,
-                    "--gemm-seconds",
-                    str(args.gemm_seconds),
-                    "--repeats",
-                    str(args.repeats),
-                    "--save-logprobs",
-                    str(saved[method]),
-                ]
+                cmd = worker_command(
+                    __file__, method, model=name, config=args.config, docs=args.docs, threads=threads, device=args.device, dtype=args.dtype,
+                    gemm_seconds=args.gemm_seconds, repeats=args.repeats, save_logprobs=saved[method],
+                )  # fmt: skip
                 if args.batch_size:
                     cmd += ["--batch-size", str(args.batch_size)]
                 print(f"[scoring] {name} / {method} ...", file=sys.stderr, flush=True)
@@ -294,9 +274,7 @@ def main(argv=None) -> int:
         args,
         NAME,
         {
-            "benchmark": NAME,
-            "quick": args.quick,
-            "environment": environment(threads, args.device),
+            **results_header(args, NAME, threads, args.device),
             "settings": {"config": str(args.config), "docs": args.docs, "repeats": args.repeats, "dtype": args.dtype, "models": models, "methods": methods},
             "results": results,
             "ratios": ratios,

@@ -34,6 +34,7 @@ from bbox_sae.labeling import (
 )
 from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
+from bbox_sae.schemas import contexts_schema
 from helpers.fake_openai import FakeOpenAI, Reply, json_reply, user_text
 
 MODELS = ("a", "b", "c")
@@ -130,21 +131,7 @@ FEATURE_SCHEMA = pa.schema(
         ("source", pa.string()),
     ]
 )
-CONTEXT_SCHEMA = pa.schema(
-    [
-        ("latent", pa.int32()),
-        ("split", pa.string()),
-        ("rank", pa.int32()),
-        ("doc_id", pa.string()),
-        ("word_idx", pa.int32()),
-        ("activation", pa.float32()),
-        ("in_top", pa.bool_()),
-        ("left", pa.string()),
-        ("word", pa.string()),
-        ("right", pa.string()),
-    ]
-    + [(f"logprob__{m}", _F64) for m in MODELS]
-)
+CONTEXT_SCHEMA = contexts_schema(MODELS)
 
 
 def simple_latent(latent: int, kept: bool = True, **extra) -> dict:
