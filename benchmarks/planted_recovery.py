@@ -1,6 +1,6 @@
 """Planted-difference recovery and the ablation table (same as `bbox eval planted`).
 
-    .venv/bin/python benchmarks/planted_recovery.py [--config configs/planted.yaml] [--rules configs/planted-rules.yaml]
+    .venv/bin/python benchmarks/planted_recovery.py [--config configs/planted-shakespeare.yaml] [--rules configs/planted-rules-shakespeare.yaml]
 
 Needs the demo corpus (`make demo` prepares it). Prints the per-rule recovery table and the
 ablations (full method, w=0, untrained SAE, k-means) and copies the numbers to
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(REPO / "configs" / "planted.yaml"))
+    parser.add_argument("--config", default=str(REPO / "configs" / "planted-shakespeare.yaml"))
     parser.add_argument("--rules", default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
     python scripts/endpoint_config.py configs/paper-llama2-7b-vs-13b.yaml > runs/llama2-vllm.yaml
     python scripts/endpoint_config.py C.yaml --replicas 8 > C-vllm.yaml   # one server per GPU
 
-Model i's replica r listens on port `base_port + 100 * i + r` (what scripts/vllm_serve.sh starts),
+Model i's replica r listens on port `base_port + 100 * i + r` (where scripts/score_with_vllm.sh starts it),
 is asked for the hub id it was loaded from (`served_model`), plans its windows with the same
 tokenizer, and reads vLLM's `prompt_logprobs` (each entry names its token id: the strictest check).
 Everything else in the config is kept, so the same file drives the sharded scoring workers,

@@ -1,10 +1,10 @@
 """Feature extraction: latents become findings ("model A beats B on this group of words").
 
 For every latent: its top-N activations on the train split and, apart, on the holdout split
-(streamed), ranked by the activation on *Δ-blind* rows (`features.ranking: blind`: the models'
-performance columns made equal, so the ranking never sees which model won). On the top words
-after the paper's percentile rule, Δ = log p_A − log p_B statistics on train (median, mean,
-median Δp, sign consistency, bootstrap CI) select; the same statistics on the holdout top words
+(streamed), ranked by the activation on the full rows (`features.ranking: full`, the default), or on
+*Δ-blind* rows (`blind`: the models' performance columns made equal, so the ranking never sees which
+model won; `test: top` needs it). On the top words after the paper's percentile rule,
+Δ = log p_A − log p_B statistics on train (median, mean, median Δp, sign consistency, bootstrap CI) select; the same statistics on the holdout top words
 test (Wilcoxon p, BH q across latents, same sign and at least half the size). A latent passing
 both gets its best context rule (`features.rules`), whose held-out F1 measures coherence; `kept`
 latents (optionally with `min_rule_f1`) are grouped into findings (`features.findings`). With the
