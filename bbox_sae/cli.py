@@ -13,15 +13,55 @@ from bbox_sae.errors import BBoxError
 from bbox_sae.stages import STAGE_NAMES, STAGES
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", required=True, help="YAML config (see configs/); relative paths in it resolve against the working directory")
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes end in the tool's one error line, `bbox: error: ...`, like every other failure,
+    after the usage of the (sub)command that was mistyped."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        command = self.prog.removeprefix("bbox").strip()
+        self.exit(2, f"bbox: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
+
+
+def _global(p: argparse.ArgumentParser, top: bool) -> None:
+    """Options that mean the same for every command, accepted before or after the subcommand. On a
+    subcommand they default to unset, so that `bbox -v train` is not undone by the subcommand's default."""
+    unset = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("-v", "--verbose", action="store_true", help="log what each step does (INFO)", **unset)
+
+
+CONFIG_HELP = "YAML config (see configs/); relative paths in it resolve against the working directory"
+SWEEP_CONFIG_HELP = (
+    "sweep file: `base: CONFIG`, the `sae.*` values to sweep (lists are the axes) and optionally `features: true` "
+    "(configs/sweep-dict-size.yaml); or a config whose list-valued sae.* fields are the axes"
+)
+
+
+def _common(p: argparse.ArgumentParser, config_help: str = CONFIG_HELP) -> None:
+    _global(p, top=False)
+    p.add_argument("--config", "-c", required=True, help=config_help)
     p.add_argument("--output-dir", "-o", default=None, help="overrides the config's output_dir")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. sae.k=32 (repeatable)")
 
 
+def _stage_choices(what: str) -> str:
+    """Help naming every stage, in the order `bbox run` runs them."""
+    return f"{what}: " + ", ".join(STAGE_NAMES) + " (in the order `bbox run` runs them)"
+
+
+EVAL_HELP = (
+    "planted: plant known differences into a copy of model A's scores and measure which the pipeline "
+    "recovers, with the null pair (no difference) for its false discoveries; "
+    "ablation: on a finished run, the same extraction without the performance columns (w=0), "
+    "from an untrained SAE and from k-means; "
+    "coherence: on a finished run, how nameable its kept latents and findings are (rule F1, label scores)"
+)
+BASELINE_HELP = "extract from a baseline instead of the trained SAE: random (an untrained SAE of the same width) or kmeans (k-means clusters of the matrix)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bbox", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = _Parser(prog="bbox", description=__doc__)
+    _global(parser, top=True)
     parser.add_argument("--version", action="version", version=f"bbox-sae {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -33,22 +73,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", default=None, help="i/n: score a deterministic 1/n of the documents")
     p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
     stage_parsers["train"].add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    stage_parsers["features"].add_argument("--baseline", choices=["random", "kmeans"], default=None, help="extract from a baseline instead of the trained SAE")
+    stage_parsers["features"].add_argument("--baseline", choices=["random", "kmeans"], default=None, help=BASELINE_HELP)
 
     p = sub.add_parser("merge", help="check that all scoring shards are complete and intact")
     _common(p)
 
-    p = sub.add_parser("sweep", help="train one SAE per combination of list-valued sae.* fields")
-    _common(p)
+    p = sub.add_parser("sweep", help="train one SAE per combination of a sweep file's sae.* values on a run's current build")
+    _common(p, SWEEP_CONFIG_HELP)
+    p.add_argument("--features", action="store_true", help="also run the features stage on each SAE (the sweep file's `features: true`)")
     p.add_argument("--wandb-sweep-yaml", default=None, help="also write an equivalent W&B sweep YAML here")
 
     p = sub.add_parser("run", help="every stage in order, skipping those already up to date")
     _common(p)
-    p.add_argument("--force", action="append", default=[], choices=STAGE_NAMES, help="redo this stage (and those after it)")
-    p.add_argument("--until", default=None, choices=STAGE_NAMES, help="stop after this stage")
+    p.add_argument("--force", action="append", default=[], choices=STAGE_NAMES, help=_stage_choices("redo this stage and those after it (repeatable)"))
+    p.add_argument("--until", default=None, choices=STAGE_NAMES, help=_stage_choices("stop after this stage"))
 
     p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
-    p.add_argument("what", choices=["planted", "ablation", "coherence"])
+    p.add_argument("what", choices=["planted", "ablation", "coherence"], help=EVAL_HELP)
     _common(p)
     p.add_argument(
         "--rules",
@@ -87,7 +128,7 @@ def dispatch(args) -> int:
     if cmd == "sweep":
         from bbox_sae.train.sweep import run_sweep
 
-        run_sweep(args.config, args.overrides, args.output_dir, wandb_sweep_yaml=args.wandb_sweep_yaml)
+        run_sweep(args.config, args.overrides, args.output_dir, wandb_sweep_yaml=args.wandb_sweep_yaml, features=args.features)
         return 0
     cfg = _load(args)
     if cmd == "run":

@@ -49,6 +49,11 @@ class SaeRunLayout:
         """The train stage key the checkpoints were written under (resume only from the same key)."""
         return self.checkpoints / "key.txt"
 
+    @property
+    def features(self) -> RunLayout:
+        """`bbox sweep` with features: this SAE's feature tables, apart from the run's own."""
+        return RunLayout(self.root / "features")
+
 
 def checkpoint_complete(checkpoint: Path) -> Path:
     """Marker written into a checkpoint folder once all its files are; resume ignores folders without it."""

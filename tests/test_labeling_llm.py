@@ -4,6 +4,7 @@ and the answer cache."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -136,3 +137,17 @@ def test_second_run_is_served_entirely_from_the_cache(tmp_path):
     assert all(r["fuzz_score"] == 1.0 for r in labels(tmp_path).values())
     cached = [json.loads(p.read_text()) for p in RunLayout(tmp_path).label_cache.glob("*.json")]
     assert sorted(c["kind"] for c in cached) == ["detect", "detect", "fuzz", "fuzz", "label", "label"]
+
+
+def test_llm_labeling_shows_a_progress_bar_over_its_latents(tmp_path, capsys, monkeypatch):
+    from bbox_sae.labeling import llm
+
+    # Every frame drawn (tqdm draws at most ten a second), so that each latent's step is seen.
+    monkeypatch.setattr(llm, "tqdm", functools.partial(llm.tqdm, mininterval=0, miniters=1))
+    write_fixture(tmp_path, [simple_latent(k) for k in (1, 2, 3)])
+    with FakeOpenAI(smart) as server:
+        run_label(llm_cfg(tmp_path, server, concurrency=1))
+    err = capsys.readouterr().err
+    # On stderr like every stage's bar: one step per latent whose label and scoring are done.
+    frames = [f for f in re.split(r"[\r\n]", err) if f.startswith("label: latents (judge)")]
+    assert [re.search(r"\| (\d)/3 \[", f).group(1) for f in frames] == ["0", "1", "2", "3"], err

@@ -63,3 +63,18 @@ def test_endpoint_config_serves_each_hub_model_on_its_own_ports(path):
     # Workers with more or fewer replicas must share their finished shards.
     fewer = config_from_dict(_endpoint_config().endpoint_models(load_raw(path), base_port=9000, replicas=1, concurrency=2))
     assert [model_key(m) for m in fewer.models] == [model_key(m) for m in remote.models]
+
+
+def test_the_paper_sweep_varies_only_the_sae_of_a_paper_config(monkeypatch):
+    from bbox_sae.train.sweep_config import read_sweep
+
+    monkeypatch.chdir(REPO)  # `base`, like every path in a config, is relative to the working directory
+    sweep = read_sweep("configs/sweep-paper-dict-size.yaml", [], None)
+    assert sweep.base in [p.relative_to(REPO) for p in CONFIGS] and sweep.features
+    base = load_config(sweep.base)
+    sizes = {(c.sae.d_sae, c.sae.k) for c in sweep.configs}
+    assert (base.sae.d_sae, base.sae.k) in sizes and len({d for d, _ in sizes}) >= 3
+    for cfg in sweep.configs:
+        # The same build, output dir and features as the paper run, and the paper's SAE but for its size.
+        assert cfg.model_dump(exclude={"sae"}) == base.model_dump(exclude={"sae"})
+        assert cfg.sae.model_dump(exclude={"d_sae", "k", "run_name"}) == base.sae.model_dump(exclude={"d_sae", "k", "run_name"})

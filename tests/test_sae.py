@@ -7,7 +7,7 @@ import yaml
 from bbox_sae.layout import checkpoint_complete
 from bbox_sae.train.model import load_sae
 from bbox_sae.train.sae import RowBatches, run_dir_for, run_train
-from bbox_sae.train.sweep import expand_sweep, wandb_sweep_spec
+from bbox_sae.train.sweep_config import read_sweep, wandb_sweep_spec
 from helpers.hardening import interrupt_training
 from helpers.planted import planted_run
 
@@ -102,11 +102,12 @@ def test_sweep_expands_the_cartesian_product(tmp_path):
             }
         )
     )
-    runs = expand_sweep(path, [], None)
+    sweep = read_sweep(path, [], None)
+    runs = sweep.configs
     assert sorted((c.sae.d_sae, c.sae.k) for c in runs) == [(d, k) for d in (100, 300, 1000) for k in (25, 50)]
     assert len({c.sae.resolved_run_name() for c in runs}) == 6
     assert all(c.sae.lr == 0.001 for c in runs)
-    spec = wandb_sweep_spec(path, {"d_sae": [100, 300, 1000], "k": [25, 50]})
+    spec = wandb_sweep_spec(sweep)
     assert spec["parameters"]["sae.d_sae"]["values"] == [100, 300, 1000] and spec["method"] == "grid"
 
 

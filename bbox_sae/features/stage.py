@@ -104,7 +104,8 @@ def _write(dest: RunLayout, tables: Tables, top_tbl: pa.Table, contexts: pa.Tabl
     atomic_write_table(dest.features, tables.features)
 
 
-def run_features(cfg: Config, baseline: str | None = None) -> dict:
+def run_features(cfg: Config, baseline: str | None = None, into: RunLayout | None = None) -> dict:
+    """`into`: where the tables go instead of the run's own (`bbox sweep`: each SAE's in its folder)."""
     fcfg = cfg.features
     baseline = baseline or (fcfg.baseline if fcfg.baseline != "none" else None)
     src = feature_source(cfg, baseline or "sae")
@@ -113,7 +114,7 @@ def run_features(cfg: Config, baseline: str | None = None) -> dict:
     tables = _find(cfg, src, top)
     top_tbl, examples = top_records(top, src.d_sae, m.index)
     stats = _corpus_stats(cfg, m)
-    _write(features_layout(cfg, baseline), tables, top_tbl, contexts_table(cfg, examples, m.index, m.models), stats)
+    _write(into or features_layout(cfg, baseline), tables, top_tbl, contexts_table(cfg, examples, m.index, m.models), stats)
     print_summary(tables.findings, tables.features, stats)
     features = tables.features
     return {

@@ -138,7 +138,7 @@ def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) ->
     to_llm = [e for e in examples if llm and statements[e.latent].source == "word set"]
     if to_llm:
         # Rule findings are said by their rules: an LLM's paraphrase adds nothing a reader cannot check.
-        results, _ = asyncio.run(label_with_llm(to_llm, lc, paths.label_cache, cfg.seed, offline, stats))
+        results, _ = asyncio.run(label_with_llm(to_llm, lc, paths.label_cache, cfg.seed, offline, stats, what="finding"))
         results.update({e.latent: offline(e, cfg.seed, lc.fuzz_examples) for e in examples if e.latent not in results})
     else:
         results = {e.latent: offline(e, cfg.seed, lc.fuzz_examples) for e in examples}

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from bbox_sae.config import LabelConfig
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
 from bbox_sae.labeling.heuristic import heuristic_label
@@ -89,14 +91,23 @@ async def label_with_llm(
     seed: int,
     offline_label: OfflineLabeler = heuristic_label,
     stats: Stats | None = None,
+    what: str = "latent",
 ) -> tuple[dict[int, LabelResult], Stats]:
     """LLM labels, each kept only where it detects at least as well as `offline_label`'s (a
     latent's rule or heuristic label, or a finding's offline statement), which is the hint too.
-    `stats` carries the spending (and `label.max_tokens_total`) over from an earlier call."""
+    `stats` carries the spending (and `label.max_tokens_total`) over from an earlier call. A
+    progress bar counts the `what`s (latents, findings) whose label and scoring are done."""
     stats = stats if stats is not None else Stats()
     async with open_client(cfg, os.environ.get(cfg.api_key_env)) as client:
         asker = Asker(client, cfg, cache_dir, stats, random.Random(seed))
-        results = await asyncio.gather(*(_llm_label_one(asker, f, seed, offline_label) for f in features))
+        with tqdm(total=len(features), desc=f"label: {what}s ({cfg.model})", unit=what, leave=False) as bar:
+
+            async def one(feature: FeatureExamples) -> LabelResult:
+                result = await _llm_label_one(asker, feature, seed, offline_label)
+                bar.update()
+                return result
+
+            results = await asyncio.gather(*(one(f) for f in features))
     return {f.latent: r for f, r in zip(features, results)}, stats
 
 

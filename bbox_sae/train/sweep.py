@@ -1,60 +1,25 @@
-"""Dictionary-size sweeps: list-valued `sae.*` fields expand into one training run per combination.
+"""Dictionary-size sweeps: one SAE per combination of a sweep's `sae.*` values, on the run's build.
 
-`sae: {d_sae: [1000, 3000, 10000], k: [25, 50]}` gives six runs, each in its own
-`<output_dir>/sae/<run_name>/`, all in one W&B group, and a summary table of held-out metrics.
+`bbox sweep -c configs/sweep-dict-size.yaml` (the sweep file, `sweep_config.py`) trains each SAE
+into `<output_dir>/sae/<run_name>/` (its weights, metrics and resolved config.yaml), all in one
+W&B group, and writes a summary of held-out metrics; with `features: true` each SAE's findings go
+to `sae/<run_name>/features/` and the summary says how many findings and kept latents each size
+gives. The run itself is left as it was: its config.yaml, manifest and tables are not touched.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from bbox_sae.artifacts import atomic_write_text
-from bbox_sae.config import Config, apply_overrides, config_from_dict, load_raw
-from bbox_sae.errors import ConfigError
-
-
-def sweep_axes(raw: dict) -> dict[str, list]:
-    sae = raw.get("sae") or {}
-    if not isinstance(sae, dict):
-        raise ConfigError("'sae' must be a mapping")
-    return {k: v for k, v in sae.items() if isinstance(v, list)}
-
-
-def expand_sweep(path: str | Path, overrides: list[str], output_dir: str | None) -> list[Config]:
-    raw = apply_overrides(load_raw(path), overrides, source=f"{path} (--set)")
-    if output_dir is not None:
-        raw["output_dir"] = output_dir
-    axes = sweep_axes(raw)
-    empty = [k for k, v in axes.items() if not v]
-    if empty:
-        raise ConfigError(f"{path}: 'sae.{empty[0]}': an empty list gives no runs; give at least one value")
-    configs = []
-    for values in itertools.product(*axes.values()) if axes else [()]:
-        run = {**raw, "sae": {**(raw.get("sae") or {}), **dict(zip(axes, values))}}
-        if axes and (raw.get("sae") or {}).get("run_name") is None:
-            run["sae"]["run_name"] = "-".join(f"{k}{v}" for k, v in zip(axes, values))
-        configs.append(config_from_dict(run, source=str(path)))
-    names = [c.sae.resolved_run_name() for c in configs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: sweep runs share a run_name; drop sae.run_name so each run gets its own")
-    return configs
-
-
-def wandb_sweep_spec(path: str | Path, raw_axes: dict[str, list]) -> dict:
-    """An equivalent W&B grid sweep for `wandb agent` users (each agent run calls `bbox train`)."""
-    return {
-        "program": "train/train_sae.py",
-        "method": "grid",
-        "metric": {"name": "eval/holdout_explained_variance", "goal": "maximize"},
-        "parameters": {f"sae.{k}": {"values": v} for k, v in raw_axes.items()},
-        "command": ["${env}", "python", "${program}", "--config", str(path), "${args_no_hyphens}"],
-    }
-
+from bbox_sae.artifacts import atomic_write_text, read_table
+from bbox_sae.config import Config
+from bbox_sae.errors import ArtifactError, ConfigError
+from bbox_sae.train.sweep_config import Sweep, read_sweep, wandb_sweep_spec
 
 # A run is flagged when its held-out reconstruction is poor or its inference model does not fire
 # about k latents per row: either way its features are not worth reading.
@@ -75,9 +40,19 @@ def run_flags(m: dict, k: int) -> list[str]:
     return flags
 
 
-def summary_rows(results: list[tuple[Config, dict]]) -> list[dict]:
+@dataclass(frozen=True)
+class SweepRun:
+    cfg: Config
+    metrics: dict
+    # Counted in the run's own features tables (`features: true`), else None.
+    findings: int | None = None
+    kept_latents: int | None = None
+
+
+def summary_rows(results: list[SweepRun]) -> list[dict]:
     rows = []
-    for cfg, m in results:
+    for r in results:
+        cfg, m = r.cfg, r.metrics
         h, t = m.get("holdout", {}), m.get("train_sample", {})
         l0 = h.get("mean_l0")
         rows.append(
@@ -96,37 +71,58 @@ def summary_rows(results: list[tuple[Config, dict]]) -> list[dict]:
                 "dead_fraction": h.get("dead_fraction"),
                 "mse": h.get("mse"),
                 "rows_per_s": m.get("rows_per_s"),
+                "findings": r.findings,
+                "kept_latents": r.kept_latents,
                 "flags": "; ".join(run_flags(m, cfg.sae.k)),
             }
         )
     return rows
 
 
+# (column, panel title) of the sweep plot; the last two only when the sweep ran the features stage.
+PANELS = [
+    ("ev_holdout", "held-out explained variance"),
+    ("dead_fraction", "dead fraction (never fires on holdout)"),
+    ("findings", "findings"),
+    ("kept_latents", "kept latents"),
+]
+
+
 def plot_summary(rows: list[dict], path: Path) -> Path:
-    """Held-out EV and dead fraction against d_sae, one line per k: where a bigger dictionary stops paying."""
+    """Held-out EV, dead fraction and (with features) findings and kept latents against d_sae, one
+    line per k: where a bigger dictionary stops paying, in reconstruction and in what it finds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_ev, ax_dead) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    panels = PANELS[:2] + [p for p in PANELS[2:] if any(r[p[0]] is not None for r in rows)]
+    from matplotlib.ticker import MaxNLocator
+
+    rows_of_panels = len(panels) // 2
+    fig, axes = plt.subplots(rows_of_panels, 2, figsize=(10, 4 * rows_of_panels), constrained_layout=True, squeeze=False)
+    by_column = dict(zip((c for c, _ in panels), axes.flat))
+    sizes = sorted({r["d_sae"] for r in rows})
     for k in sorted({r["k"] for r in rows}):
         sel = sorted((r for r in rows if r["k"] == k), key=lambda r: r["d_sae"])
-        d = [r["d_sae"] for r in sel]
-        ax_ev.plot(d, [r["ev_holdout"] for r in sel], marker="o", label=f"k={k}")
-        ax_dead.plot(d, [r["dead_fraction"] for r in sel], marker="o", label=f"k={k}")
+        for column, ax in by_column.items():
+            ax.plot([r["d_sae"] for r in sel], [r[column] for r in sel], marker="o", label=f"k={k}")
         flagged = [r for r in sel if r["flags"]]
-        ax_ev.scatter([r["d_sae"] for r in flagged], [r["ev_holdout"] for r in flagged], s=150, facecolors="none", edgecolors="red", zorder=3)
-    ax_ev.axhline(MIN_EV, color="red", lw=0.8, ls="--", label=f"flag: EV<{MIN_EV}")
-    for ax, title in ((ax_ev, "held-out explained variance"), (ax_dead, "dead fraction (never fires on holdout)")):
+        by_column["ev_holdout"].scatter([r["d_sae"] for r in flagged], [r["ev_holdout"] for r in flagged], s=150, facecolors="none", edgecolors="red", zorder=3)
+    by_column["ev_holdout"].axhline(MIN_EV, color="red", lw=0.8, ls="--", label=f"flag: EV<{MIN_EV}")
+    for (_, title), ax in zip(panels, axes.flat):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({r["d_sae"] for r in rows}), labels=[str(d) for d in sorted({r["d_sae"] for r in rows})])
+        ax.set_xticks(sizes, labels=[str(d) for d in sizes])
         ax.minorticks_off()
         ax.set_xlabel("d_sae")
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-    ax_dead.set_ylim(0, 1)
+    by_column["dead_fraction"].set_ylim(0, 1)
+    for column in ("findings", "kept_latents"):
+        if column in by_column:
+            by_column[column].set_ylim(bottom=0)
+            by_column[column].yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -144,7 +140,10 @@ def _print_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    shown = ["run_name", "d_sae", "k", "steps", "ev_train", "ev_holdout", "mean_l0", "l0_over_k", "dead_fraction", "flags"]
+    shown = ["run_name", "d_sae", "k", "steps", "ev_train", "ev_holdout", "mean_l0", "l0_over_k", "dead_fraction"]
+    if any(r["findings"] is not None for r in rows):
+        shown += ["findings", "kept_latents"]
+    shown.append("flags")
     table = Table(title=title)
     for col in shown:
         table.add_column(col, no_wrap=col != "flags")
@@ -161,36 +160,80 @@ def _print_table(rows: list[dict], title: str) -> None:
         )
 
 
-def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wandb_sweep_yaml: str | None = None) -> list[dict]:
-    """Train every combination through the stage registry (`bbox train`'s path: on a current build,
-    recorded in the manifest, so `bbox run` with a run's settings finds its SAE up to date)."""
-    from bbox_sae.config import ensure_output_dir, save_resolved
+def _recorded_sae_dirs(cfg: Config) -> set[Path]:
+    """The run's own SAE, as its manifest records it: a sweep must not train over it."""
+    from bbox_sae.stages import read_manifest
+
+    outputs = read_manifest(cfg.out)["stages"].get("train", {}).get("outputs", {})
+    return {(cfg.out / rel).parent.resolve() for rel in outputs}
+
+
+def require_sweepable(sweep: Sweep) -> None:
+    """Read-only: a refused sweep leaves the run exactly as it was (no config, no empty SAE dirs)."""
+    from bbox_sae.stages import BY_NAME, require_current_inputs
+
+    cfg = sweep.configs[0]
+    try:
+        require_current_inputs(BY_NAME["train"], cfg)
+    except ArtifactError as err:
+        raise ArtifactError(f"sweep {sweep.path}: {err}, with the sweep's base config {sweep.base}") from None
+    own = _recorded_sae_dirs(cfg)
+    for c in sweep.configs:
+        if c.sae_paths.root.resolve() in own:
+            raise ConfigError(
+                f"{sweep.path}: sweep run '{c.sae.resolved_run_name()}' would train over {c.sae_paths.root}, the run's own SAE "
+                "(manifest.json); sweep a list of values (runs are named by them) or set another sae.run_name"
+            )
+
+
+def _train(cfg: Config) -> dict:
+    """The train stage's own code and key (a killed sweep resumes each run from its checkpoints),
+    but not recorded: the manifest holds one train record, the run's own SAE, and a sweep run put
+    there would make the run's features, labels and report out of date."""
+    from bbox_sae.stages import BY_NAME, read_manifest, stage_key
+
+    stage = BY_NAME["train"]
+    return stage.run(cfg, stage_key(stage, cfg, read_manifest(cfg.out)))
+
+
+def _find(cfg: Config, metrics: dict) -> SweepRun:
+    """The features stage on this SAE, into its own `sae/<run_name>/features/`: what this size finds."""
+    from bbox_sae.features import run_features
+
+    tables = cfg.sae_paths.features
+    result = run_features(cfg, into=tables)
+    features = read_table(tables.features, columns=["latent", "kept"])
+    kept = {latent for latent, is_kept in zip(features["latent"].to_pylist(), features["kept"].to_pylist()) if is_kept}
+    return SweepRun(cfg, metrics, findings=result["findings"], kept_latents=len(kept))
+
+
+def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wandb_sweep_yaml: str | None = None, features: bool = False) -> list[dict]:
+    """Train every combination on the run's current build; with features (`--features` or the sweep
+    file's `features: true`) also find what each SAE finds."""
     from bbox_sae.pipeline import run_lock
-    from bbox_sae.stages import run_command
     from bbox_sae.tracking import wandb_run
 
-    configs = expand_sweep(path, overrides, output_dir)
+    sweep = read_sweep(path, overrides, output_dir)
+    features = features or sweep.features
+    require_sweepable(sweep)
     if wandb_sweep_yaml:
-        axes = sweep_axes(apply_overrides(load_raw(path), overrides))
-        atomic_write_text(wandb_sweep_yaml, yaml.safe_dump(wandb_sweep_spec(path, axes), sort_keys=False))
-    group = f"sweep-{Path(path).stem}"
+        atomic_write_text(wandb_sweep_yaml, yaml.safe_dump(wandb_sweep_spec(sweep), sort_keys=False))
+    group = f"sweep-{sweep.path.stem}"
+    paths = sweep.configs[0].paths
     results = []
-    # Every run writes the one manifest of the shared output dir.
-    with run_lock(ensure_output_dir(configs[0])):
-        for cfg in configs:
-            save_resolved(cfg)
+    with run_lock(sweep.configs[0].out):
+        require_sweepable(sweep)  # again, now that no other command can change the build
+        for cfg in sweep.configs:
             in_group = cfg.model_copy(update={"wandb": cfg.wandb.model_copy(update={"group": group})})
-            results.append((cfg, run_command("train", in_group)))
-    rows = summary_rows(results)
-    paths = configs[0].paths
-    _write_csv(rows, paths.sweep_summary_csv)
-    png = plot_summary(rows, paths.sweep_summary_png)
-    with wandb_run(configs[0], "sweep-summary", config={"sweep": str(path), "runs": len(rows)}, group=group, name=group) as run:
+            metrics = _train(in_group)
+            results.append(_find(in_group, metrics) if features else SweepRun(cfg, metrics))
+        rows = summary_rows(results)
+        _write_csv(rows, paths.sweep_summary_csv)
+        png = plot_summary(rows, paths.sweep_summary_png)
+    with wandb_run(sweep.configs[0], "sweep-summary", config={"sweep": str(path), "runs": len(rows)}, group=group, name=group) as run:
         if run is not None:
             import wandb
 
-            run.log(
-                {"sweep/summary": wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows]), "sweep/ev_dead_vs_d_sae": wandb.Image(str(png))}
-            )
-    _print_table(rows, f"Sweep {Path(path).name}: held-out metrics ({paths.sweep_summary_csv}, plot {png.name})")
+            run.log({"sweep/summary": wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows]), "sweep/plot": wandb.Image(str(png))})
+    _print_table(rows, f"Sweep {sweep.path.name}: held-out metrics ({paths.sweep_summary_csv}, plot {png.name})")
     return rows
