@@ -13,6 +13,7 @@ from bbox_sae.report.inputs import ReportInputs
 def how_to_read(fcfg: FeaturesConfig, family: int | None) -> str:
     """One paragraph explaining every statistic the report shows."""
     over = f"all {family} candidates tested" if family else "every candidate tested"
+    words = "the held-out top words of its latents" if fcfg.test == "top" else "every held-out word it covers"
     kept = (
         f"a latent is kept when it proposed a finding's rule and that finding's words cover at least {fcfg.member_min_share:.0%} of its own top words, "
         "so a kept latent can have a large q on its own top words: the finding it carries was tested, not the latent"
@@ -22,11 +23,12 @@ def how_to_read(fcfg: FeaturesConfig, family: int | None) -> str:
     return (
         "How to read this. Δlog p of a word is log p(first model of the pair) − log p(second model), in nats: above 0 the first model "
         "predicts the word better, below 0 the second; 'better' names the model the sign favours. A finding's Δ is the median of Δlog p "
-        "over every held-out word it covers (held-out text was not used to choose it), with a bootstrap 95% confidence interval (CI) "
+        f"over {words} (held-out text was not used to choose it), with a bootstrap 95% confidence interval (CI) "
         "of that median; n is how many held-out words that is. p is a two-sided Wilcoxon signed-rank test of those Δ against 0, and q is "
         f"its Benjamini–Hochberg adjusted value over {over} (a finding joins one or more candidates, each passing q < {fcfg.q_threshold}; "
         "its q is the largest of theirs). Detection is the balanced accuracy of a judge that reads only the statement and picks the "
-        "finding's held-out words among as many near misses (0.5 is chance, 1 perfect). Rule precision is the share of held-out words "
+        "finding's held-out words among as many other held-out words, half of them near misses (0.5 is chance, 1 perfect); a latent's "
+        "detection score is the same for its label. Rule precision is the share of held-out words "
         "the rule matches on which the member latents fire; rule recall the share of the latents' held-out top words the rule matches; "
         f"F1 combines them. A low rule F1 means the latents fire on much more than the rule, not that the rule's difference is weak. Kept: {kept}."
     )
