@@ -45,3 +45,9 @@ llamacpp: setup
 
 clean:
 	rm -rf runs .cache .pytest_cache
+
+# The docs' report screenshots, from the demo run's report.html (re-run `bbox report` first).
+.PHONY: screenshots
+screenshots:
+	sh scripts/install_browser.sh
+	$(PY) scripts/screenshots.py runs/demo/report.html docs

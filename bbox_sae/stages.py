@@ -217,10 +217,11 @@ STAGES: list[Stage] = [
         "report",
         "W&B tables, report.html and report.md",
         _report,
-        # Everything it reads: documents' domains, the SAE's metrics, features, findings, contexts,
-        # corpus stats, labels. A stage's key holds only its inputs' digests, so one left out here
-        # could change without the report being redone.
-        inputs=("ingest", "train", "features", "label"),
+        # Everything it reads: documents' domains and text, the build index's log-probs (findings'
+        # held-out contexts), the SAE's metrics, features, findings, contexts, corpus stats, labels.
+        # A stage's key holds only its inputs' digests, so one left out here could change without
+        # the report being redone.
+        inputs=("ingest", "build", "train", "features", "label"),
         settings=lambda c: _key_sections(c, "report", "wandb"),
         outputs=lambda c: [c.paths.report_html, c.paths.report_md],
     ),

@@ -7,9 +7,11 @@ used when present. With domains, each feature's card tells in which domains its 
 words occur and whether its difference holds there, and the feature list can be filtered by
 domain.
 
-Modules: `inputs` reads the artifacts, `views` shapes one feature for the browser,
-`html_page` fills the page template (`assets/`), `markdown` writes report.md, `wandb_tables`
-logs the W&B run, `markup` builds escaped HTML.
+Modules: `inputs` reads the artifacts (`finding_inputs`: each finding's held-out contexts and q),
+`views` shapes one feature for the browser, `finding_views` one finding (and a latent's findings),
+`plots` draws the forest plot and per-domain chart, `html_page` fills the page template
+(`assets/`), `markdown` writes report.md, `wandb_tables` logs the W&B run, `markup` builds
+escaped HTML.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from bbox_sae.config import Config
 from bbox_sae.report.html_page import build_html
 from bbox_sae.report.inputs import load_inputs
 from bbox_sae.report.markdown import build_markdown
+from bbox_sae.report.plots import draw_charts
 from bbox_sae.report.wandb_tables import FINDING_COLUMNS, WANDB_COLUMNS, log_wandb
 
 __all__ = ["FINDING_COLUMNS", "WANDB_COLUMNS", "run_report"]
@@ -26,10 +29,11 @@ __all__ = ["FINDING_COLUMNS", "WANDB_COLUMNS", "run_report"]
 
 def run_report(cfg: Config) -> dict:
     inputs = load_inputs(cfg)
-    page, shown = build_html(cfg, inputs)
     html_path, md_path = cfg.paths.report_html, cfg.paths.report_md
+    charts = draw_charts(inputs.findings, inputs.models, inputs.stats, md_path.parent)
+    page, shown = build_html(cfg, inputs, charts)
     atomic_write_text(html_path, page)
-    atomic_write_text(md_path, build_markdown(cfg, inputs))
+    atomic_write_text(md_path, build_markdown(cfg, inputs, charts))
     result = {
         "report_html": str(html_path),
         "report_md": str(md_path),
@@ -37,6 +41,7 @@ def run_report(cfg: Config) -> dict:
         "kept": sum(f["kept"] for f in inputs.features),
         "shown": shown,
         "sae_runs": list(inputs.sae_runs),
+        "charts": [str(p) for p in (charts.forest, charts.domains) if p is not None],
     }
-    result.update(log_wandb(cfg, inputs))
+    result.update(log_wandb(cfg, inputs, charts))
     return result

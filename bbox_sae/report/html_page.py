@@ -17,8 +17,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup as SafeMarkup
 
 from bbox_sae.config import Config
+from bbox_sae.report.finding_views import finding_refs, finding_views, how_to_read, kept_reason, one_line
 from bbox_sae.report.inputs import EXTRA_SCORE_COLUMNS, ReportInputs
 from bbox_sae.report.markup import fmt, for_script, num
+from bbox_sae.report.plots import Charts
 from bbox_sae.report.views import display_order, feature_view
 
 # The feature table: (field, title, format, hover text). The format names a formatter in
@@ -63,7 +65,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fmt=fmt, num=num)
+    env.filters.update(fmt=fmt, num=num, one_line=one_line)
     return env
 
 
@@ -105,9 +107,15 @@ class SaeRun:
     metrics: dict
 
 
-def build_html(cfg: Config, inputs: ReportInputs) -> tuple[str, int]:
+def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, int]:
     shown = display_order(inputs.features)[: cfg.report.max_features]
-    views = [feature_view(f, inputs, cfg.report) for f in shown]
+    findings = {f["finding"]: f for f in inputs.findings}
+    views = []
+    for f in shown:
+        view = feature_view(f, inputs, cfg.report)
+        view["finding_refs"] = finding_refs(f, findings)
+        view["kept_reason"] = kept_reason(f, view["finding_refs"], cfg.features)
+        views.append(view)
     domains = sorted(set(inputs.stats.get("domains") or {}) | {d["domain"] for v in views for d in v["domains"]})
     scores = [[c, SCORE_TITLES[c]] for c in ["label_score", *inputs.score_columns]]
     data = {"models": inputs.models, "domains": domains, "scores": scores, "features": views}
@@ -128,7 +136,10 @@ def build_html(cfg: Config, inputs: ReportInputs) -> tuple[str, int]:
             pairs=[f"{a} vs {b}" for a, b in inputs.stats.get("pairs", [])],
             domains=domain_rows(inputs.stats),
             domains_open_max=DOMAINS_OPEN_MAX,
-            findings=inputs.findings,
+            findings=finding_views(inputs, cfg.features),
+            how_to_read=how_to_read(cfg.features, inputs.candidate_family),
+            forest_plot=charts.forest_base64,
+            domain_chart=charts.domains_base64,
             sae_runs=[SaeRun(run, str(inputs.paths.sae_run(run).metrics.relative_to(root)), m) for run, m in inputs.sae_runs.items()],
             n_features=len(inputs.features),
             n_kept=sum(f["kept"] for f in inputs.features),

@@ -1,5 +1,6 @@
 """What the report reads: the feature table (with its labels), contexts, corpus stats, domains,
-SAE metrics and findings, all located through `cfg.paths`."""
+SAE metrics and findings (with their held-out contexts and q, `finding_inputs`), all located
+through `cfg.paths`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from bbox_sae.errors import ArtifactError
 from bbox_sae.labeling.finding_statements import labeled_findings
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout, logprob_column
+from bbox_sae.report.finding_inputs import finding_contexts, finding_q_values
 from bbox_sae.report.markup import num
 
 FEATURE_REQUIRED = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp", "top_words"]
@@ -25,7 +27,7 @@ FEATURE_OPTIONAL = [
     "p_value", "q_value", "coherence", "holdout_n", "holdout_median_dlogp", "holdout_mean_dlogp",
     "holdout_median_dp", "generalizes", "paper_rule", "source", "label", "label_source", "label_reason",
     "label_coherent", "label_score", "label_precision", "label_recall", "finding", "rule", "rule_precision",
-    "rule_recall", "rule_f1", "holdout_ci_low", "holdout_ci_high",
+    "rule_recall", "rule_f1", "holdout_ci_low", "holdout_ci_high", "findings",
 ]  # fmt: skip
 # Label scores beyond detection (`label_score`): shown in the browser and W&B only when the
 # labeler wrote the column, so a run labeled without them has no column of blanks.
@@ -43,6 +45,9 @@ class ReportInputs:
     sae_runs: dict[str, dict]
     findings: list[dict] = field(default_factory=list)
     score_columns: list[str] = field(default_factory=list)  # the EXTRA_SCORE_COLUMNS present
+    finding_contexts: dict[int, list[dict]] = field(default_factory=dict)  # finding -> held-out contexts
+    finding_q: dict[int, float] = field(default_factory=dict)  # finding -> BH q (finding_inputs.finding_q_values)
+    candidate_family: int | None = None  # how many candidates BH was over
 
     @property
     def models(self) -> list[str]:
@@ -134,6 +139,8 @@ def load_inputs(cfg: Config) -> ReportInputs:
     stats = load_stats(paths.corpus_stats)
     features, score_columns = load_features(read_feature_table(paths))
     pair_models = sorted({f["model_a"] for f in features} | {f["model_b"] for f in features})
+    findings = labeled_findings(paths) if paths.findings.exists() else []
+    finding_q, family = finding_q_values(paths, findings)
     return ReportInputs(
         paths=paths,
         features=features,
@@ -141,6 +148,9 @@ def load_inputs(cfg: Config) -> ReportInputs:
         stats=stats,
         domains=load_domains(paths.documents),
         sae_runs=load_sae_runs(paths),
-        findings=labeled_findings(paths) if paths.findings.exists() else [],
+        findings=findings,
         score_columns=score_columns,
+        finding_contexts=finding_contexts(paths, findings, cfg.features.context_chars),
+        finding_q=finding_q,
+        candidate_family=family,
     )

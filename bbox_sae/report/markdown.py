@@ -1,12 +1,17 @@
-"""report.md: the findings, the corpus-level numbers and each pair's kept features as Markdown tables."""
+"""report.md: the corpus-level numbers, the findings (with the forest plot and held-out contexts),
+the per-domain chart and table, then each pair's kept features as Markdown tables."""
 
 from __future__ import annotations
 
 import html
+import re
+from pathlib import Path
 
 from bbox_sae.config import Config
+from bbox_sae.report.finding_views import finding_views, how_to_read, one_line
 from bbox_sae.report.inputs import ReportInputs
 from bbox_sae.report.markup import fmt, num
+from bbox_sae.report.plots import Charts
 from bbox_sae.report.views import display_order
 
 
@@ -42,33 +47,64 @@ def _md_pair(a: str, b: str, features: list[dict], limit: int) -> list[str]:
     return lines
 
 
-def _md_findings(findings: list[dict]) -> list[str]:
-    """Findings first: one row per difference, however many latents express it."""
+def _md_inline(text) -> str:
+    """Context text inside a list item: one line, escaped, with Markdown's emphasis and code
+    characters backslashed so corpus text cannot format itself."""
+    return re.sub(r"([\\`*_\[\]])", r"\\\1", html.escape(one_line(text), quote=False))
+
+
+def _md_finding(f: dict) -> list[str]:
+    delta = f"{fmt(f['holdout_median_dlogp'], '+.2f')} [{fmt(f['holdout_ci_low'], '+.2f')}, {fmt(f['holdout_ci_high'], '+.2f')}]"
+    rule_fit = (
+        f" · rule F1 {fmt(f['rule_f1'], '.2f')} (precision {fmt(f['rule_precision'], '.2f')}, recall {fmt(f['rule_recall'], '.2f')})"
+        if f.get("rule_f1") is not None
+        else ""
+    )
     lines = [
-        "## Findings",
+        f"### Finding {f['finding']}: {_md(f.get('statement') or f.get('rule') or '-')}",
         "",
-        f"{len(findings)} finding(s). Δ is the median over every held-out word the finding covers (its rule's words, or its "
-        "latent group's word forms), with a bootstrap 95% CI; detection is how well the statement alone tells those words "
-        "from near misses, held out.",
+        f"**{_md(f['better_model'])} better** ({_md(f['model_a'])} vs {_md(f['model_b'])}) · {_md(f.get('kind') or 'rule')}, said by "
+        f"{_md(f.get('statement_source') or '-')} · held-out Δlog p {delta} · n = {fmt(f['holdout_n'], ',')} · q = {fmt(f['q_value'], '.1e')} "
+        f"· detection {fmt(f.get('detection'), '.2f')}{rule_fit}",
+        "",
+        f"{_md(f['tested'])[:1].upper()}{_md(f['tested'])[1:]}.",
         "",
     ]
+    if f["contexts"]:
+        lines += [f"{len(f['contexts'])} of its {fmt(f['holdout_n'], ',')} held-out words (log p {_md(f['model_a'])} / {_md(f['model_b'])}):", ""]
+        lines += [
+            f"{i}. {_md_inline(c['left'])}<mark>{_md_inline(c['word'])}</mark>{_md_inline(c['right'])} ({fmt(c['logprob_a'], '.2f')} / {fmt(c['logprob_b'], '.2f')})"
+            for i, c in enumerate(f["contexts"], 1)
+        ]
+        lines.append("")
+    members = ", ".join(f"{m['latent']}{' (kept)' if m['kept'] else ''}" for m in f["members"])
+    return lines + [f"Latents: {members}", ""]
+
+
+def _md_findings(findings: list[dict], how: str, forest: Path | None) -> list[str]:
+    """Findings first: one section per difference, however many latents express it."""
+    lines = ["## Findings", "", f"{len(findings)} finding(s).", "", how, ""]
+    if forest is not None:
+        lines += [f"![forest plot: held-out median Δlog p and 95% CI per finding]({forest.name})", ""]
     if findings:
         lines += [
-            "| finding | pair | better | statement | kind | detection | held-out Δlog p [95% CI] | held-out words | latents | top words |",
-            "|---:|---|---|---|---|---:|---|---:|---|---|",
+            "| finding | pair | better | statement | kind | held-out Δlog p [95% CI] | n | q | detection | rule F1 | latents |",
+            "|---:|---|---|---|---|---|---:|---:|---:|---:|---|",
         ]
         for f in findings:
             delta = f"{fmt(f['holdout_median_dlogp'], '+.2f')} [{fmt(f['holdout_ci_low'], '+.2f')}, {fmt(f['holdout_ci_high'], '+.2f')}]"
             kind = f"{f.get('kind') or 'rule'} ({f.get('statement_source') or '-'})"
             lines.append(
                 f"| {f['finding']} | {_md(f['model_a'])} vs {_md(f['model_b'])} | {_md(f['better_model'])} | {_md(f.get('statement') or f['rule'] or '-')} "
-                f"| {kind} | {fmt(f.get('detection'), '.2f')} | {delta} | {fmt(f['holdout_n'], ',')} | {_md(f['latents'])} | {_md(f['top_words'])} |"
+                f"| {kind} | {delta} | {fmt(f['holdout_n'], ',')} | {fmt(f['q_value'], '.1e')} | {fmt(f.get('detection'), '.2f')} | {fmt(f.get('rule_f1'), '.2f')} | {_md(f['latents'])} |"
             )
         lines.append("")
+    for f in findings:
+        lines += _md_finding(f)
     return lines
 
 
-def _md_domains(stats: dict) -> list[str]:
+def _md_domains(stats: dict, chart: Path | None) -> list[str]:
     domains = stats.get("domains") or {}
     if not domains:
         return []
@@ -77,6 +113,7 @@ def _md_domains(stats: dict) -> list[str]:
     lines = [
         "## Per domain",
         "",
+        *([f"![perplexity of each model and mean Δlog p per domain]({chart.name})", ""] if chart else []),
         "| domain | documents | words | " + " | ".join([*(f"perplexity {_md(m)}" for m in models), *(f"mean Δlog p {_md(p)}" for p in pairs)]) + " |",
         "|---|---:|---:|" + "---:|" * (len(models) + len(pairs)),
     ]
@@ -87,7 +124,7 @@ def _md_domains(stats: dict) -> list[str]:
     return lines + [""]
 
 
-def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
+def build_markdown(cfg: Config, inputs: ReportInputs, charts: Charts) -> str:
     stats = inputs.stats
     lines = [
         f"# BehaviorBox report: {_md(cfg.out.name)}",
@@ -104,9 +141,9 @@ def build_markdown(cfg: Config, inputs: ReportInputs) -> str:
         ),
         "",
     ]
-    lines += _md_domains(stats)
+    lines += _md_findings(finding_views(inputs, cfg.features), how_to_read(cfg.features, inputs.candidate_family), charts.forest)
+    lines += _md_domains(stats, charts.domains)
     pairs = stats.get("pairs") or sorted({(f["model_a"], f["model_b"]) for f in inputs.features})
-    lines += _md_findings(inputs.findings)
     for a, b in pairs:
         lines += _md_pair(a, b, inputs.features, cfg.report.markdown_features)
     if inputs.sae_runs:

@@ -7,8 +7,6 @@ report over thousands of latents stays a few MB and still self-contained.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from bbox_sae.config import ReportConfig
@@ -53,10 +51,6 @@ def delta_histogram(deltas: list[float]) -> dict | None:
     # distinct edges, which numpy refuses; equal values get a unit-wide range instead.
     counts, edges = np.histogram(np.round(np.asarray(deltas, dtype=np.float64), 6), bins=HIST_BINS)
     return {"counts": counts.tolist(), "edges": [round(float(e), 4) for e in edges]}
-
-
-def prob_text(logprob: float | None) -> str:
-    return "n/a" if logprob is None else f"{math.exp(logprob):.3g}"
 
 
 def context_view(ctx: dict, a: str, b: str, domains: dict[str, str]) -> dict:

@@ -1,5 +1,6 @@
-"""The report's W&B run: feature, kept-feature, findings, corpus and SAE tables, and a Δlog p
-histogram per kept feature."""
+"""The report's W&B run: feature, kept-feature, findings, corpus and SAE tables, and the forest
+plot and per-domain chart as one image each (not a panel per latent, which floods a workspace at
+thousands of latents). Every cell is plain text or a number, so each column sorts and filters."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 
 from bbox_sae.config import Config
 from bbox_sae.layout import logprob_column
+from bbox_sae.report.finding_views import context_text, finding_views
 from bbox_sae.report.inputs import ReportInputs
-from bbox_sae.report.markup import el, join
-from bbox_sae.report.views import delta_histogram, examples_for, prob_text, top_deltas
+from bbox_sae.report.plots import Charts
+from bbox_sae.report.views import examples_for
 from bbox_sae.tracking import wandb_run
 
 # Columns of the W&B `features` and `kept_features` tables; the labeler's extra scores
@@ -23,14 +25,16 @@ WANDB_COLUMNS = [
     "holdout_n", "holdout_median_dlogp", "density", "n_top", "top_words", "finding", "rule", "rule_precision",
     "rule_recall", "rule_f1", "top_contexts",
 ]  # fmt: skip
-# Columns of the W&B `findings` table (findings.parquet).
-FINDING_COLUMNS = [
-    "finding", "model_a", "model_b", "better_model", "kind", "statement", "statement_source", "detection", "rule", "rule_f1",
-    "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value", "holdout_n", "median_dlogp", "n_latents",
-    "latents", "top_words",
-]  # fmt: skip
-CELL_STYLE = "font:13px sans-serif;white-space:pre-wrap"
-PROB_STYLE = "color:#555"
+# Columns of the W&B `findings` table, and the finding view's field each is read from (a
+# finding's `delta` is its held-out median Δlog p; `n` its held-out words; `contexts` its
+# held-out contexts as `left [[word]] right (a: log p / b: log p)`, one a line).
+FINDING_FIELDS = {
+    "finding": "finding", "statement": "statement", "kind": "kind", "better_model": "better_model", "model_a": "model_a",
+    "model_b": "model_b", "delta": "holdout_median_dlogp", "ci_low": "holdout_ci_low", "ci_high": "holdout_ci_high",
+    "q": "q_value", "n": "holdout_n", "detection": "detection", "statement_source": "statement_source", "rule_f1": "rule_f1",
+    "latents": "latents", "top_words": "top_words", "contexts": "contexts",
+}  # fmt: skip
+FINDING_COLUMNS = list(FINDING_FIELDS)
 
 
 def wandb_columns(score_columns: list[str]) -> list[str]:
@@ -38,14 +42,20 @@ def wandb_columns(score_columns: list[str]) -> list[str]:
     return WANDB_COLUMNS[:at] + score_columns + WANDB_COLUMNS[at:]
 
 
-def contexts_html(feature: dict, contexts: dict, examples: int) -> str:
-    """Top train contexts as a small HTML list for a W&B table cell (all text escaped)."""
+def contexts_text(feature: dict, contexts: dict, examples: int) -> str:
+    """Top train contexts as plain text, one a line, the word in [[ ]], both log-probs after it."""
     a, b = feature["model_a"], feature["model_b"]
-    items = []
-    for ctx in contexts.get(feature["latent"], {}).get("train", [])[:examples]:
-        probs = f"p({a})={prob_text(ctx.get(logprob_column(a)))} · p({b})={prob_text(ctx.get(logprob_column(b)))}"
-        items.append(el("li", ctx["left"], el("mark", ctx["word"]), ctx["right"], " ", el("small", probs, style=PROB_STYLE)))
-    return el("ol", join(items), style=CELL_STYLE)
+    rows = contexts.get(feature["latent"], {}).get("train", [])[:examples]
+    return "\n".join(context_text({**c, "logprob_a": c.get(logprob_column(a)), "logprob_b": c.get(logprob_column(b))}, a, b) for c in rows)
+
+
+def finding_rows(findings: list[dict]) -> list[list]:
+    rows = []
+    for f in findings:
+        values = {col: f.get(key) for col, key in FINDING_FIELDS.items()}
+        values["contexts"] = "\n".join(context_text(c, f["model_a"], f["model_b"]) for c in f["contexts"])
+        rows.append([values[c] for c in FINDING_COLUMNS])
+    return rows
 
 
 def _wandb_row(feature: dict, cell, columns: list[str]) -> list:
@@ -72,7 +82,7 @@ def _summary(inputs: ReportInputs) -> dict:
     return summary
 
 
-def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
+def log_wandb(cfg: Config, inputs: ReportInputs, charts: Charts) -> dict:
     """Log the report to the `report` run; returns its id and directory (None when W&B is disabled)."""
     with wandb_run(cfg, "report") as run:
         if run is None:
@@ -80,7 +90,7 @@ def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
         import wandb
 
         columns = wandb_columns(inputs.score_columns)
-        cells = [wandb.Html(contexts_html(f, inputs.contexts, examples_for(f, cfg.report)), inject=False, data_is_not_path=True) for f in inputs.features]
+        cells = [contexts_text(f, inputs.contexts, examples_for(f, cfg.report)) for f in inputs.features]
         rows = [_wandb_row(f, cell, columns) for f, cell in zip(inputs.features, cells)]
         payload = {
             "features": wandb.Table(columns=columns, data=rows, allow_mixed_types=True),
@@ -90,14 +100,12 @@ def log_wandb(cfg: Config, inputs: ReportInputs) -> dict:
                 data=[[m, s.get("mean_logprob"), s.get("perplexity"), s.get("words")] for m, s in inputs.stats.get("models", {}).items()],
             ),
         }
-        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=[[f.get(c) for c in FINDING_COLUMNS] for f in inputs.findings], allow_mixed_types=True)
+        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(finding_views(inputs, cfg.features)), allow_mixed_types=True)
         if inputs.sae_runs:
             payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value"], data=_sae_table_rows(inputs.sae_runs))
-        for f in inputs.features:
-            hist = delta_histogram(top_deltas(f, inputs.contexts)) if f["kept"] else None
-            if hist is not None:
-                key = f"dlogp_hist/{f['source']}_latent_{f['latent']}_{f['model_a']}_vs_{f['model_b']}"
-                payload[key] = wandb.Histogram(np_histogram=(hist["counts"], hist["edges"]))
+        for key, path in (("findings_forest", charts.forest), ("domains_chart", charts.domains)):
+            if path is not None:
+                payload[key] = wandb.Image(str(path))
         run.log(payload)
         run.summary.update(_summary(inputs))
         run_id, sync_dir = run.id, Path(run.settings.sync_dir)

@@ -233,6 +233,23 @@
     });
   }
 
+  function renderFindings(f) {
+    var refs = f.finding_refs || [];
+    var p = document.getElementById("card-findings");
+    p.replaceChildren();
+    p.hidden = !refs.length;
+    if (refs.length) p.appendChild(document.createTextNode(refs.length > 1 ? "Findings: " : "Finding: "));
+    refs.forEach(function (r, i) {
+      if (i) p.appendChild(document.createTextNode(", "));
+      var a = el("a", "finding-link", "finding " + r.finding + ": " + (r.statement || "") + " (" + r.better_model + " better)");
+      a.href = "#finding-" + r.finding;
+      p.appendChild(a);
+    });
+    var reason = document.getElementById("card-kept-reason");
+    reason.textContent = f.kept_reason || "";
+    reason.hidden = !f.kept_reason;
+  }
+
   function openCard(f) {
     currentKey = f.key;
     var card = document.getElementById("feature-card");
@@ -244,6 +261,7 @@
     document.getElementById("card-label-score").textContent = DATA.scores
       .filter(function (s) { return f[s[0]] !== null && f[s[0]] !== undefined; })
       .map(function (s) { return s[1] + " score " + f[s[0]].toFixed(2); }).join(" · ");
+    renderFindings(f);
     renderStats(f);
     renderHistogram(f);
     renderDomains(f);
@@ -284,6 +302,16 @@
   setUpSorting();
   renderHead();
   renderRows();
-  var linked = decodeURIComponent(location.hash.slice(1));
-  FEATURES.forEach(function (f) { if (f.key === linked) openCard(f); });
+  // A finding's member links (#<feature key>) open that latent's card, on load and on click.
+  function openLinked() {
+    var linked = decodeURIComponent(location.hash.slice(1));
+    var match = FEATURES.filter(function (f) { return f.key === linked; })[0];
+    if (!match) return false;
+    openCard(match);
+    return true;
+  }
+  openLinked();
+  window.addEventListener("hashchange", function () {
+    if (openLinked()) document.getElementById("feature-card").scrollIntoView({ block: "start" });
+  });
 })();

@@ -1,0 +1,104 @@
+"""What the report shows of each finding beyond findings.parquet: held-out contexts and its BH q.
+
+The features stage stores which held-out words each finding was tested on
+(`finding_words.parquet`) but not their text, and the BH q of each tested candidate
+(`rules.parquet`) but not of the finding the kept candidates form. Both are derived here from
+tables the run already has, so a report re-run on an existing run shows them without re-running
+the features stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from bbox_sae.artifacts import read_table, resolve_files
+from bbox_sae.features.contexts import cut_context
+from bbox_sae.layout import RunLayout, logprob_column
+from bbox_sae.report.markup import num
+
+FINDING_CONTEXTS = 5  # held-out contexts shown per finding
+
+
+def spread(n: int, k: int) -> list[int]:
+    """k positions out of n, evenly spread from first to last (all n when n <= k): examples that
+    show the whole held-out set in corpus order, not its most striking words."""
+    if n <= k:
+        return list(range(n))
+    return sorted({int(round(i)) for i in np.linspace(0, n - 1, k)})
+
+
+def _chosen_words(paths: RunLayout, findings: list[dict]) -> pa.Table:
+    """(finding, row, doc_id, word_idx) of the held-out words shown per finding, in corpus order."""
+    words = read_table(paths.finding_words, columns=["finding", "split", "row", "doc_id", "word_idx"])
+    words = words.filter(pc.equal(words["split"], "holdout")).sort_by([("finding", "ascending"), ("doc_id", "ascending"), ("word_idx", "ascending")])
+    finding_col = words["finding"].to_numpy()
+    keep = []
+    for f in findings:
+        at = np.flatnonzero(finding_col == f["finding"])
+        keep.extend(at[spread(len(at), FINDING_CONTEXTS)].tolist())
+    return words.take(pa.array(keep, pa.int64())).drop_columns(["split"])
+
+
+def finding_contexts(paths: RunLayout, findings: list[dict], context_chars: int) -> dict[int, list[dict]]:
+    """Per finding, up to FINDING_CONTEXTS of its held-out words with their text (cut as in
+    contexts.parquet) and both models' log-probs; empty when the run lacks the tables to build them
+    (no finding_words.parquet, build index, words or documents)."""
+    needed = [paths.finding_words, paths.index, paths.documents, paths.words]
+    if not findings or not all(p.exists() for p in needed):
+        return {}
+    chosen = _chosen_words(paths, findings)
+    models = sorted({m for f in findings for m in (f["model_a"], f["model_b"])})
+    index = read_table(paths.index, columns=["row", *(logprob_column(m) for m in models)])
+    index = index.filter(pc.is_in(index["row"], value_set=chosen["row"]))
+    docs = pc.unique(chosen["doc_id"])
+    files = [str(f) for f in resolve_files(paths.words)]
+    offsets = pads.dataset(files, format="parquet").to_table(columns=["doc_id", "word_idx", "char_start", "char_end"], filter=pc.field("doc_id").isin(docs))
+    documents = read_table(paths.documents, columns=["doc_id", "text"]).filter(pc.is_in(pc.field("doc_id"), value_set=docs))
+    text_of = dict(zip(documents["doc_id"].to_pylist(), documents["text"].to_pylist()))
+    span_of = {(d, i): (s, e) for d, i, s, e in zip(*(offsets[c].to_pylist() for c in ("doc_id", "word_idx", "char_start", "char_end")))}
+    logprobs = {r["row"]: r for r in index.to_pylist()}
+    out: dict[int, list[dict]] = {}
+    for w in chosen.to_pylist():
+        span = span_of.get((w["doc_id"], w["word_idx"]))
+        if span is None or w["doc_id"] not in text_of:
+            continue
+        left, word, right = cut_context(text_of[w["doc_id"]], *span, context_chars)
+        scores = logprobs.get(w["row"], {})
+        out.setdefault(w["finding"], []).append(
+            {
+                "doc_id": w["doc_id"],
+                "word_idx": w["word_idx"],
+                "left": left,
+                "word": word,
+                "right": right,
+                "logprob": {m: scores.get(logprob_column(m)) for m in models},
+            }
+        )
+    return out
+
+
+def finding_q_values(paths: RunLayout, findings: list[dict]) -> tuple[dict[int, float], int | None]:
+    """Per finding the largest BH q among the passed candidates it joins (same pair and winner,
+    proposed only by its member latents), and how many candidates BH was over; ({}, None) when
+    the run has no rules.parquet (`features.test: top`)."""
+    if not paths.rules.exists():
+        return {}, None
+    rules = read_table(paths.rules, columns=["model_a", "model_b", "better_model", "latents", "q_value", "passed"]).to_pylist()
+    rules = [r for r in rules if num(r["q_value"]) is not None]  # untested candidates have no q (NaN)
+    family = len(rules)
+    out = {}
+    for f in findings:
+        members = set(f["latents"].split(","))
+        qs = [
+            r["q_value"]
+            for r in rules
+            if r["passed"]
+            and (r["model_a"], r["model_b"], r["better_model"]) == (f["model_a"], f["model_b"], f["better_model"])
+            and set(r["latents"].split(",")) <= members
+        ]
+        if qs:
+            out[f["finding"]] = max(qs)
+    return out, family
