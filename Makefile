@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.setup-stamp
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast demo bench browser llamacpp clean
+.PHONY: setup test test-fast demo bench browser screenshots llamacpp clean
 
 setup: $(STAMP)
 
@@ -31,7 +31,7 @@ demo: setup
 	$(VENV)/bin/bbox run --config configs/demo.yaml
 
 # Debian's Chromium for the `browser` tests (setup installs it too; skipped unless root with apt-get).
-browser:
+browser: setup
 	bash scripts/install_browser.sh
 
 bench: setup
@@ -47,7 +47,5 @@ clean:
 	rm -rf runs .cache .pytest_cache
 
 # The docs' report screenshots, from the demo run's report.html (re-run `bbox report` first).
-.PHONY: screenshots
-screenshots:
-	sh scripts/install_browser.sh
+screenshots: browser
 	$(PY) scripts/screenshots.py runs/demo/report.html docs
