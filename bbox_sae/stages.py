@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bbox_sae.artifacts import sha256_file
 from bbox_sae.config import Config, key_settings
 from bbox_sae.errors import ArtifactError
 from bbox_sae.manifest import describe_outputs, read_manifest, sharded_digest, write_entry
@@ -243,8 +244,9 @@ def ancestors(name: str) -> list[str]:
 
 
 def _outputs_unchanged(cfg: Config, stage: Stage, recorded: dict) -> bool:
-    """The outputs are still the ones the stage wrote: shard checksums for tables, size and time
-    for single files (each written by atomic rename, so any rewrite changes its time)."""
+    """The outputs are still the ones the stage wrote: shard checksums for tables; for single files
+    size and time (each written by atomic rename, so any rewrite changes its time), and the
+    checksum when only the time differs."""
     for p in stage.outputs(cfg):
         rel = str(p.relative_to(cfg.out))
         was = recorded.get(rel)
@@ -255,7 +257,11 @@ def _outputs_unchanged(cfg: Config, stage: Stage, recorded: dict) -> bool:
                 return False
         else:
             st = p.stat()
-            if (st.st_size, st.st_mtime_ns) != (was.get("size"), was.get("mtime_ns")):
+            if st.st_size != was.get("size"):
+                return False
+            # A copied run (cp -r, rsync without -t) gives unchanged files new times; the checksum
+            # decides then, so a copy is not recomputed from the build on.
+            if st.st_mtime_ns != was.get("mtime_ns") and sha256_file(p) != was.get("sha256"):
                 return False
     return True
 

@@ -5,6 +5,7 @@ train/sweep.py (`bbox sweep`) trains only on a current build and leaves the run'
 from __future__ import annotations
 
 import csv
+import shutil
 
 import pytest
 
@@ -80,3 +81,23 @@ def test_a_sweep_trains_only_on_a_current_build_and_leaves_the_runs_records_alon
     # run's later stages out of date. Each sweep run's settings are in its own folder.
     assert project.paths.config.read_bytes() == config and project.paths.manifest.read_bytes() == manifest
     assert [load_config(project.paths.sae_run(f"k{k}").run_config).sae.k for k in (2, 3)] == [2, 3]
+
+
+def test_a_copied_run_is_up_to_date_and_a_changed_copy_is_not(project, capsys, tmp_path):
+    """`cp -r` gives every file a new time: the checksums, not the times, say whether a copy's
+    outputs are still what its stages wrote, so a copy (to sweep on, say) redoes nothing."""
+    code, err = run(capsys, project)
+    assert code == 0, err
+    copy = tmp_path / "copy"
+    shutil.copytree(project.out, copy, copy_function=shutil.copy)  # contents, not times
+    code, err = run(capsys, project, "-o", str(copy))
+    assert code == 0, err
+    assert up_to_date(err) == STAGE_NAMES
+    weights = next((copy / "sae").rglob("sae_weights.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, other contents
+    weights.write_bytes(bytes(data))
+    code, err = run(capsys, project, "-o", str(copy))
+    assert code == 0, err
+    assert up_to_date(err)[:4] == STAGE_NAMES[: STAGE_NAMES.index("train")]
+    assert "train" not in up_to_date(err) and "train: done" in err
