@@ -60,6 +60,10 @@ def checkpoint_complete(checkpoint: Path) -> Path:
     return checkpoint / ".complete"
 
 
+# The report's charts, next to report.md (which links them by these names).
+REPORT_FOREST_PNG, REPORT_DOMAINS_PNG = "report-forest.png", "report-domains.png"
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Every artifact under one run's `output_dir` (documented in docs/artifacts.md)."""
@@ -211,6 +215,14 @@ class RunLayout:
     @property
     def report_md(self) -> Path:
         return self.root / "report.md"
+
+    @property
+    def report_forest(self) -> Path:
+        return self.root / REPORT_FOREST_PNG
+
+    @property
+    def report_domains(self) -> Path:
+        return self.root / REPORT_DOMAINS_PNG
 
     @property
     def wandb(self) -> Path:

@@ -22,7 +22,8 @@ PALETTE = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b7791f", "#c53030"]
 LABEL_CHARS = 60  # statements longer than this are cut in the forest plot's labels
 PLOT_STYLE = {"text.parse_math": False, "font.size": 9}
 # The PNG files written next to report.md (and logged to W&B).
-FOREST_PNG, DOMAINS_PNG = "report-forest.png", "report-domains.png"
+from bbox_sae.layout import REPORT_DOMAINS_PNG as DOMAINS_PNG  # noqa: E402
+from bbox_sae.layout import REPORT_FOREST_PNG as FOREST_PNG  # noqa: E402
 
 
 def _short(text: str) -> str:
