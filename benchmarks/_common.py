@@ -227,3 +227,17 @@ def worker_command(script: str, *positional: str, **flags) -> list[str]:
 def results_header(args, name: str, threads: int | None, device: str) -> dict:
     """What every benchmark's results file starts with."""
     return {"benchmark": name, "quick": args.quick, "environment": environment(threads, device)}
+
+
+def run_stage(stage: str, config: Path, sets: list[str], threads: int) -> tuple[float, float]:
+    """`bbox <stage> -c config` in its own process: wall seconds and that process's peak RSS (MiB,
+    ru_maxrss from wait4: the stage alone, not this process or earlier stages)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "bbox_sae", stage, "-c", str(config), *(a for s in sets for a in ("--set", s))]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {os.waitstatus_to_exitcode(status)})")
+    return round(wall, 2), round(usage.ru_maxrss / 1024, 1)

@@ -62,7 +62,7 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
     head = resolve_head(model_cfg.head, device, dtype)
     body = None if dtype == "mixed" else TORCH_DTYPES[dtype]
     # An fp32 head (and `mixed`) needs the fp32 weights: the scorer keeps them, then converts the body.
-    model, tokenizer = load_causal_lm(location, device, body if head == "model" and body else torch.float32)
+    model, tokenizer = load_causal_lm(location, device, body if head == "model" and body else torch.float32, model_cfg.device_map)
     return HFScorer(
         model_cfg.name,
         model,
