@@ -230,14 +230,21 @@ def results_header(args, name: str, threads: int | None, device: str) -> dict:
 
 
 def run_stage(stage: str, config: Path, sets: list[str], threads: int) -> tuple[float, float]:
-    """`bbox <stage> -c config` in its own process: wall seconds and that process's peak RSS (MiB,
-    ru_maxrss from wait4: the stage alone, not this process or earlier stages)."""
+    """`bbox <stage> -c config` in its own process: wall seconds and that process's peak RSS (MiB).
+
+    The stage is started by GNU time, a small process: Linux carries a forked parent's peak RSS
+    into its child's ru_maxrss across exec, so a child forked from this (possibly large) process
+    would report at least this process's own peak.
+    """
+    import tempfile
+
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "bbox_sae", stage, "-c", str(config), *(a for s in sets for a in ("--set", s))]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed (exit {os.waitstatus_to_exitcode(status)})")
-    return round(wall, 2), round(usage.ru_maxrss / 1024, 1)
+    with tempfile.NamedTemporaryFile("r", suffix=".maxrss") as rss:
+        start = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode})")
+        kib = int(rss.read().split()[-1])
+    return round(wall, 2), round(kib / 1024, 1)

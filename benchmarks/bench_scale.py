@@ -112,14 +112,16 @@ def write_corpus(path: Path, docs: list[dict], n_words: int) -> int:
 def write_count_model_logprobs(cfg, dest: Path) -> None:
     """Per-word log-probs of an add-one unigram (A) and of a bigram interpolated with it (B)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from bbox_sae.artifacts import read_table
 
     words = read_table(cfg.paths.words, columns=["doc_id", "word_idx", "word"])
-    doc = words["doc_id"].to_numpy(zero_copy_only=False)
-    forms = np.char.lower(words["word"].to_numpy(zero_copy_only=False).astype(str))
-    vocab, code = np.unique(forms, return_inverse=True)
+    # Integer codes from Arrow: a NumPy string array would be as wide as the longest word, per word.
+    doc = pc.dictionary_encode(words["doc_id"]).combine_chunks().indices.to_numpy()
+    forms = pc.dictionary_encode(pc.utf8_lower(words["word"])).combine_chunks()
+    vocab, code = forms.dictionary, forms.indices.to_numpy().astype(np.int64)
     counts = np.bincount(code, minlength=len(vocab)).astype(np.float64)
     unigram = (counts[code] + 1) / (counts.sum() + len(vocab))
     prev = np.concatenate([[-1], code[:-1]])
