@@ -72,11 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = stage_parsers["score"]
     p.add_argument("--shard", default=None, help="i/n: score a deterministic 1/n of the documents")
     p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
+    stage_parsers["embed"].add_argument("--shard", default=None, help="i/n: embed a deterministic 1/n of the documents")
     stage_parsers["train"].add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     stage_parsers["features"].add_argument("--baseline", choices=["random", "kmeans"], default=None, help=BASELINE_HELP)
 
-    p = sub.add_parser("merge", help="check that all scoring shards are complete and intact")
+    p = sub.add_parser("merge", help="check that all scoring (or embedding) shards are complete and intact")
     _common(p)
+    p.add_argument("--stage", action="append", choices=["score", "embed"], default=None, help="the sharded stage to check (repeatable; default score)")
 
     p = sub.add_parser("sweep", help="train one SAE per combination of a sweep file's sae.* values on a run's current build")
     _common(p, SWEEP_CONFIG_HELP)
@@ -118,7 +120,12 @@ def _print(result) -> None:
 
 
 # The options each stage's subcommand adds, as its run function names them.
-STAGE_OPTIONS = {"score": {"model": "models", "shard": "shard"}, "train": {"resume": "resume"}, "features": {"baseline": "baseline"}}
+STAGE_OPTIONS = {
+    "score": {"model": "models", "shard": "shard"},
+    "embed": {"shard": "shard"},
+    "train": {"resume": "resume"},
+    "features": {"baseline": "baseline"},
+}
 
 
 def dispatch(args) -> int:
@@ -136,8 +143,8 @@ def dispatch(args) -> int:
 
         run_all(cfg, force=args.force, until=args.until)  # saves the config once it holds the lock
         return 0
-    if cmd == "score":
-        # Shard workers (`--shard i/n`, a Slurm array) share one output dir, so scoring takes no lock.
+    if cmd == "score" or getattr(args, "shard", None):
+        # Shard workers (`--shard i/n`, a Slurm array) share one output dir, so they take no lock.
         save_resolved(cfg)
         return _single_command(cmd, cfg, args)
     from bbox_sae.pipeline import run_lock
@@ -158,12 +165,15 @@ def _single_command(cmd: str, cfg, args) -> int:
         options = {name: getattr(args, attr) for attr, name in STAGE_OPTIONS.get(cmd, {}).items()}
         _print(run_command(cmd, cfg, **options))
     elif cmd == "merge":
+        from bbox_sae.embedding.stage import check_embeddings
         from bbox_sae.scoring.stage import merge
-        from bbox_sae.stages import record_merged_score
+        from bbox_sae.stages import record_merged
 
-        merge(cfg)
-        record_merged_score(cfg)
-        print("all shards complete and intact")
+        checks = {"score": merge, "embed": check_embeddings}
+        for stage in args.stage or ["score"]:
+            checks[stage](cfg)
+            record_merged(cfg, stage)
+            print(f"{stage}: all shards complete and intact")
     elif cmd == "eval" and args.what == "planted":
         from bbox_sae.evaluation import run_planted
 

@@ -116,6 +116,9 @@ class RunLayout:
     def embedding_stats(self) -> Path:
         return self.embeddings / "stats.json"
 
+    def embedding_shard_stats(self, shard_index: int, shard_count: int) -> Path:
+        return self.embeddings / f"stats-{shard_index}of{shard_count}.json"
+
     # build
     @property
     def build(self) -> Path:

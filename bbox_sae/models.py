@@ -175,16 +175,19 @@ def causal_lm_location(source: str, path: str | None, package: str | None, file:
     return path
 
 
-def load_causal_lm(location: str, device: torch.device, dtype: torch.dtype):
+def load_causal_lm(location: str, device: torch.device, dtype: torch.dtype, device_map: str | None = None):
+    """The model on `device`, or, with a `device_map` (e.g. auto), spread by accelerate over the GPUs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    placement = {"device_map": device_map} if device_map else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **placement)
     except OSError as err:
         raise ConfigError(f"cannot load model '{location}': {str(err).splitlines()[0]}") from None
-    model.to(device).eval()
-    return model, tokenizer
+    if not device_map:
+        model.to(device)
+    return model.eval(), tokenizer
 
 
 def encoder_location(model: str, package: str | None) -> str:

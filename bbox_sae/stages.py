@@ -76,10 +76,10 @@ def _score(cfg: Config, key: str, models: list[str] | None = None, shard: str | 
     return result
 
 
-def _embed(cfg: Config, key: str) -> dict:
+def _embed(cfg: Config, key: str, shard: str | None = None) -> dict:
     from bbox_sae.embedding.stage import run_embed
 
-    return run_embed(cfg)
+    return run_embed(cfg, shard)
 
 
 def _build(cfg: Config, key: str) -> dict:
@@ -350,8 +350,8 @@ def run_command(name: str, cfg: Config, **options) -> dict | None:
     return execute(stage, cfg, complete=not partial, **options)
 
 
-def record_merged_score(cfg: Config) -> None:
-    """`bbox merge`: every worker's shards are complete, so the score stage is finished."""
-    stage = BY_NAME["score"]
+def record_merged(cfg: Config, name: str) -> None:
+    """`bbox merge`: every worker's shards of stage `name` (score or embed) are complete, so the stage is finished."""
+    stage = BY_NAME[name]
     require_current_inputs(stage, cfg)
     record(cfg, stage, stage_key(stage, cfg, read_manifest(cfg.out)), 0.0, {"merged": True})

@@ -227,3 +227,24 @@ def worker_command(script: str, *positional: str, **flags) -> list[str]:
 def results_header(args, name: str, threads: int | None, device: str) -> dict:
     """What every benchmark's results file starts with."""
     return {"benchmark": name, "quick": args.quick, "environment": environment(threads, device)}
+
+
+def run_stage(stage: str, config: Path, sets: list[str], threads: int) -> tuple[float, float]:
+    """`bbox <stage> -c config` in its own process: wall seconds and that process's peak RSS (MiB).
+
+    The stage is started by GNU time, a small process: Linux carries a forked parent's peak RSS
+    into its child's ru_maxrss across exec, so a child forked from this (possibly large) process
+    would report at least this process's own peak.
+    """
+    import tempfile
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "bbox_sae", stage, "-c", str(config), *(a for s in sets for a in ("--set", s))]
+    with tempfile.NamedTemporaryFile("r", suffix=".maxrss") as rss:
+        start = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode})")
+        kib = int(rss.read().split()[-1])
+    return round(wall, 2), round(kib / 1024, 1)

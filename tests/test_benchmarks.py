@@ -1,10 +1,13 @@
 """The benchmark scripts run end to end in --quick mode and write their JSON (rates > 0, a ratio)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from bbox_sae.stages import STAGE_NAMES
+from helpers.project import SMALL_RUN, make_project, sample_docs, tiny_pair
 from helpers.repo import REPO
 
 
@@ -45,3 +48,20 @@ def test_bench_embed_build_quick(tmp_path, tiny_encoder):
     assert build["rows"] > 0 and build["ours"]["rows_per_s"] > 0 and build["baseline"]["rows_per_s"] > 0
     assert result["ratios"]["embed_words_per_s_ours_over_baseline"] > 0
     assert result["ratios"]["build_rows_per_s_ours_over_baseline"] > 0
+
+
+def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
+    # The same script a lent GPU runs, reduced: the SAE benchmark for a few steps and the whole
+    # pipeline on a tiny project whose two random-weight models are scored in process.
+    project = make_project(tmp_path / "p", sample_docs(6, seed=2), models=tiny_pair(), **SMALL_RUN)
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "CHECK_CONFIG": str(project.config), "PY": sys.executable, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--cpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    pipeline = json.loads((out / "pipeline" / "pipeline.json").read_text())
+    assert list(pipeline["stages"]) == STAGE_NAMES and all(s["seconds"] > 0 and s["peak_rss_mb"] > 0 for s in pipeline["stages"].values())
+    assert set(pipeline["scoring_tokens_per_s"]) == {"smol", "gem"} and min(pipeline["scoring_tokens_per_s"].values()) > 0
+    assert pipeline["sae_rows_per_s"] > 0 and pipeline["sae_device"] == "cpu" and pipeline["embed_words_per_s"] > 0
+    log = (out / "gpu_check.log").read_text()
+    assert "pipeline: ok" in log and "sae-fp32: ok" in log
+    assert "pipeline scoring smol:" in log and "SAE sae-fp32 d_in 386 N=512 k=16" in log

@@ -411,7 +411,7 @@ def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monk
 
     assert run_until(capsys, project)[0] == 0
 
-    def broken(cfg):
+    def broken(cfg, shard=None):
         raise OSError(errno.EIO, "Input/output error", str(cfg.paths.embeddings))
 
     monkeypatch.setattr(embedding, "run_embed", broken)

@@ -26,6 +26,7 @@ ROOT = Path("/run")
 PLACEHOLDERS = {
     "logprobs": ("<model>",),
     "score_stats": ("<i>", "<n>"),
+    "embedding_shard_stats": ("<i>", "<n>"),
     "sae_run": ("<run_name>",),
     "baseline": ("<random|kmeans>",),
     "null_seed": ("<seed>",),

@@ -83,11 +83,15 @@ def test_batches_stream_from_the_memory_map(tmp_path):
     matrix = np.load(cfg.paths.matrix, mmap_mode="r")
     assert isinstance(matrix, np.memmap)
     batches = RowBatches(matrix, np.arange(0, 3000, 2), batch_size=100, seed=0)
-    seen = [next(batches) for _ in range(15)]
+    seen = [next(batches) for _ in range(40)]  # 15 batches an epoch: into the third
     assert all(b.shape == (100, matrix.shape[1]) for b in seen)
     assert batches.rows_read_max == 100
-    again = RowBatches(matrix, np.arange(0, 3000, 2), batch_size=100, seed=0, skip_batches=12)
-    np.testing.assert_array_equal(next(again).numpy(), seen[12].numpy())
+    for position in (12, 15, 31):  # a batch depends on its position only, whatever was drawn before
+        again = RowBatches(matrix, np.arange(0, 3000, 2), batch_size=100, seed=0, skip_batches=position)
+        np.testing.assert_array_equal(next(again).numpy(), seen[position].numpy())
+    epochs = [np.sort(np.concatenate([b.numpy()[:, 0] for b in seen[e * 15 : (e + 1) * 15]])) for e in range(2)]
+    np.testing.assert_array_equal(epochs[0], epochs[1])  # every epoch is every row once
+    assert not np.array_equal(seen[0].numpy(), seen[15].numpy())  # in a new order
 
 
 def test_sweep_expands_the_cartesian_product(tmp_path):

@@ -40,6 +40,7 @@ CONTEXT = {
     "corpus.hf_config": {"corpus.format": "hf"},
     "corpus.hf_streaming": {"corpus.format": "hf"},
     "models.0.tokenizer": {"models.0.source": "endpoint", "models.0.endpoints": ["http://x"], "models.0.tokenizer": "gpt2"},
+    "models.0.device_map": {"models.0.source": "hf"},
 }
 MANIFEST = {"stages": {s.name: {"digest": f"digest-{s.name}"} for s in STAGES}}
 
@@ -90,10 +91,10 @@ def _another_value(path: str, info: FieldInfo, value):
     if path == "compare":
         return [["b", "a"]]
     annotation = info.annotation
-    if typing.get_origin(annotation) is Literal:
-        return next(option for option in typing.get_args(annotation) if option != value)
     if type(None) in typing.get_args(annotation):
         annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if typing.get_origin(annotation) is Literal:
+        return next(option for option in typing.get_args(annotation) if option != value)
     if annotation is bool:
         return not value
     if annotation is int:

@@ -72,6 +72,11 @@ class ModelConfig(Section):
     )
     refine_top: Annotated[int, key_when(_head_is_set)] = Field(default=32, ge=1, description="head: refined recomputes this many top logits per position")
     device: Operational[str] = "auto"
+    device_map: Operational[Literal["auto", "balanced", "balanced_low_0", "sequential"] | None] = Field(
+        default=None,
+        description="in-process scoring of a model larger than one GPU: passed to from_pretrained, which spreads its layers "
+        "over every visible GPU (then the CPU); `device` is then ignored",
+    )
     # remote scoring (source: endpoint)
     endpoints: Operational[list[str]] = Field(default_factory=list)
     served_model: Key[str | None] = Field(default=None, description="model name the server expects; default `name`")
@@ -101,6 +106,8 @@ class ModelConfig(Section):
             raise ValueError(f"model '{self.name}': source '{self.source}' needs `path`")
         if self.source == "gguf" and not (self.path or (self.package and self.file)):
             raise ValueError(f"model '{self.name}': source 'gguf' needs `path` or `package` + `file`")
+        if self.device_map is not None and self.source not in ("hf", "gguf"):
+            raise ValueError(f"model '{self.name}': device_map applies to models scored in process (source hf or gguf), not source '{self.source}'")
         if self.source == "endpoint" and not self.endpoints:
             raise ValueError(f"model '{self.name}': source 'endpoint' needs `endpoints`")
         if self.source == "endpoint" and not self.tokenizer:

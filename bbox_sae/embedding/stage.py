@@ -209,13 +209,23 @@ def embeddings_table(doc_ids: list[str], vectors: list[np.ndarray], store_dtype:
     )
 
 
-def run_embed(cfg: Config) -> dict:
+def embedding_shard_keys(cfg: Config, documents: pa.Table, ranges: list[tuple[int, int]]) -> dict[int, str]:
+    settings = json.dumps(key_settings(cfg.embedding), sort_keys=True)
+    return {k: shard_key(documents.slice(a, b - a), settings) for k, (a, b) in enumerate(ranges)}
+
+
+def run_embed(cfg: Config, shard_spec: str | None = None) -> dict:
+    """Embed the documents' words. `shard_spec` i/n: only shards k with k mod n == i (a worker of
+    an array, as `bbox score --shard`); `bbox merge --stage embed` then checks the whole."""
+    from bbox_sae.scoring.stage import parse_shard
+
+    shard = parse_shard(shard_spec)
     documents = read_table(cfg.paths.documents)
     table = ShardedTable(cfg.paths.embeddings)
     ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
-    settings = json.dumps(key_settings(cfg.embedding), sort_keys=True)
-    keys = {k: shard_key(documents.slice(a, b - a), settings) for k, (a, b) in enumerate(ranges)}
-    todo = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
+    keys = embedding_shard_keys(cfg, documents, ranges)
+    mine = [k for k in range(len(ranges)) if k % shard[1] == shard[0]]
+    todo = [k for k in mine if not table.has(k, keys[k])]
     stats = {"documents": 0, "words": 0, "seconds": 0.0}
     if todo:
         embedder = load_embedder(cfg.embedding)
@@ -237,8 +247,31 @@ def run_embed(cfg: Config) -> dict:
         stats["seconds"] = round(time.perf_counter() - start, 3)
         stats["words_per_s"] = round(stats["words"] / max(stats["seconds"], 1e-9), 1)
     table.remove_extra(set(range(len(ranges))))
+    if shard == (0, 1):
+        check_embeddings(cfg, documents)
+        atomic_write_json(cfg.paths.embedding_stats, stats)
+    else:
+        bad = table.verify(mine)
+        if bad:
+            raise ArtifactError(f"{cfg.paths.embeddings}: shard(s) {bad} failed their checksum; re-run `bbox embed --shard {shard_spec}`")
+        atomic_write_json(cfg.paths.embedding_shard_stats(*shard), stats)
+    return stats
+
+
+def check_embeddings(cfg: Config, documents: pa.Table | None = None) -> None:
+    """Every shard of the embeddings present, computed from the current documents and settings,
+    and intact (what `bbox merge --stage embed` checks once an array's workers are done)."""
+    if documents is None:
+        documents = read_table(cfg.paths.documents)
+    table = ShardedTable(cfg.paths.embeddings)
+    ranges = shard_ranges(documents.num_rows, cfg.corpus.shard_docs)
+    keys = embedding_shard_keys(cfg, documents, ranges)
+    missing = [k for k in range(len(ranges)) if not table.has(k, keys[k])]
+    if missing:
+        shown = ", ".join(str(table.shard_path(k)) for k in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ArtifactError(
+            f"embeddings incomplete: shard(s) {missing} missing or out of date ({shown}); run `bbox embed` (or the `--shard i/n` workers that own them)"
+        )
     bad = table.verify()
     if bad:
-        raise ArtifactError(f"embeddings: shard(s) {bad} failed their checksum; re-run `bbox embed`")
-    atomic_write_json(cfg.paths.embedding_stats, stats)
-    return stats
+        raise ArtifactError(f"{cfg.paths.embeddings}: shard(s) {bad} failed their checksum; re-run `bbox embed` (or the workers that own them)")

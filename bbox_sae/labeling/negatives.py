@@ -56,9 +56,14 @@ def negative_rows(
     is inactive, half with its forms and half random, or (`same_only`) all with its forms."""
     members_of = members_of or {}
     rng = np.random.default_rng(seed)
+    # Forms as integer codes, once: matching a latent's forms is then an integer scan of the pool,
+    # not a comparison of every pool word's string with each form.
+    code_of: dict[str, int] = {}
+    pool_codes = np.array([code_of.setdefault(f, len(code_of)) for f in pool_forms.tolist()], dtype=np.int64)
+    wanted = {latent: np.array([code_of[f] for f in forms if f in code_of], dtype=np.int64) for latent, forms in forms_of.items()}
     candidates: dict[int, np.ndarray] = {}
-    for latent, forms in forms_of.items():
-        same = pool[np.isin(pool_forms, list(forms))]
+    for latent in forms_of:
+        same = pool[np.isin(pool_codes, wanted[latent])]
         same = rng.choice(same, size=min(len(same), 4 * n), replace=False) if len(same) else same
         rand = rng.choice(pool, size=0 if same_only else min(len(pool), 4 * n), replace=False)
         candidates[latent] = np.unique(np.concatenate([same, rand]).astype(np.int64))
@@ -72,7 +77,7 @@ def negative_rows(
         group = members_of.get(latent, [latent])
         at = torch.as_tensor([position[r] for r in rows.tolist()], dtype=torch.long)
         inactive = rows[(acts[at][:, group] <= 0).all(dim=1).numpy()]
-        is_same = np.isin(pool_forms[np.searchsorted(pool, inactive)], list(forms_of[latent]))
+        is_same = np.isin(pool_codes[np.searchsorted(pool, inactive)], wanted[latent])
         same, other = inactive[is_same], inactive[~is_same]
         pick_same = rng.permutation(same)[: n if same_only else n // 2]
         pick_other = rng.permutation(other)[: n - len(pick_same)]

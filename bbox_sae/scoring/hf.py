@@ -177,6 +177,8 @@ class HFScorer:
         return (exact[:, -1] - shift[:, 0] - torch.log(total)).float()
 
     def _target_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # Under a device_map the last hidden state, the inputs and the head may sit on different GPUs.
+        hidden, targets = hidden.to(self._head.weight.device), targets.to(self._head.weight.device)
         out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
         for s in range(0, len(targets), self.logprob_chunk):
             chunk_hidden, chunk_targets = hidden[s : s + self.logprob_chunk], targets[s : s + self.logprob_chunk]
@@ -205,7 +207,7 @@ class HFScorer:
             cols.append(target_pos - 1)
             targets.append(ids[r, target_pos.to(self.device)])
             sizes.append(len(target_pos))
-        rows_t, cols_t = torch.cat(rows).to(self.device), torch.cat(cols).to(self.device)
+        rows_t, cols_t = torch.cat(rows).to(hidden.device), torch.cat(cols).to(hidden.device)
         lp = self._target_logprobs(hidden[rows_t, cols_t], torch.cat(targets))
         return [part.double().cpu().numpy() for part in torch.split(lp, sizes)]
 

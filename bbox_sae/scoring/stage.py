@@ -62,7 +62,7 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
     head = resolve_head(model_cfg.head, device, dtype)
     body = None if dtype == "mixed" else TORCH_DTYPES[dtype]
     # An fp32 head (and `mixed`) needs the fp32 weights: the scorer keeps them, then converts the body.
-    model, tokenizer = load_causal_lm(location, device, body if head == "model" and body else torch.float32)
+    model, tokenizer = load_causal_lm(location, device, body if head == "model" and body else torch.float32, model_cfg.device_map)
     return HFScorer(
         model_cfg.name,
         model,
@@ -272,7 +272,7 @@ def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, ta
     theirs = _null_nonfinite(model_cfg.name, src, theirs)
     joined = words.join(theirs, keys=["doc_id", "word_idx"], join_type="left outer")
     n_missing = joined["logprob"].null_count
-    if theirs.num_rows != len(set(zip(theirs["doc_id"].to_pylist(), theirs["word_idx"].to_pylist()))):
+    if theirs.num_rows != theirs.group_by(["doc_id", "word_idx"]).aggregate([]).num_rows:
         raise ArtifactError(f"{src}: duplicate (doc_id, word_idx) rows")
     # Rows that name a word: counted on the keys, since a matched word may carry a null log-prob.
     matched = words.join(theirs.select(["doc_id", "word_idx"]), keys=["doc_id", "word_idx"], join_type="inner").num_rows
@@ -281,13 +281,13 @@ def _import_parquet(cfg: Config, model_cfg: ModelConfig, documents: pa.Table, ta
         raise ArtifactError(f"{src}: {extra} row(s) name words not in {cfg.paths.words} (different segmentation or corpus?)")
     if n_missing:
         log.warning("model '%s': %d word(s) have no log-prob in %s; they are excluded", model_cfg.name, n_missing, src)
-    for k, (a, b) in enumerate(ranges):
-        ids = documents["doc_id"].slice(a, b - a)
-        part = joined.filter(pc.is_in(joined["doc_id"], value_set=ids)).sort_by([("doc_id", "ascending"), ("word_idx", "ascending")])
-        order = {d: i for i, d in enumerate(ids.to_pylist())}
-        rank = np.array([order[d] for d in part["doc_id"].to_pylist()], dtype=np.int64)
-        perm = np.lexsort((part["word_idx"].to_numpy(), rank))
-        table.write(k, part.take(pa.array(perm)).cast(LOGPROB_SCHEMA), keys[k])
+    # One sort into document order, then each shard is a slice: not a scan of every word per shard.
+    rank = pc.index_in(joined["doc_id"], value_set=documents["doc_id"]).to_numpy()
+    perm = np.lexsort((joined["word_idx"].to_numpy(), rank))
+    ordered = joined.take(pa.array(perm)).cast(LOGPROB_SCHEMA)
+    bounds = np.searchsorted(rank[perm], [a for a, _ in ranges] + [documents.num_rows])
+    for k in range(len(ranges)):
+        table.write(k, ordered.slice(bounds[k], bounds[k + 1] - bounds[k]), keys[k])
 
 
 def check_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig] | None = None) -> dict[str, list[int]]:

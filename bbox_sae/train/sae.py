@@ -50,12 +50,20 @@ class RowBatches:
         self.per_epoch = len(self.rows) // self.batch_size
         self.position = skip_batches
         self.rows_read_max = 0
+        self._order_epoch, self._order = -1, np.zeros(0, dtype=np.int64)
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        # Drawn once per epoch, not per batch: a batch then costs its own rows, not all the training rows.
+        if epoch != self._order_epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            # Weighted: an epoch is as many rows drawn (with replacement) in proportion to their weight.
+            self._order = rng.permutation(len(self.rows)) if self.p is None else rng.choice(len(self.rows), size=len(self.rows), p=self.p)
+            self._order_epoch = epoch
+        return self._order
 
     def _batch_rows(self, position: int) -> np.ndarray:
         epoch, i = divmod(position, self.per_epoch)
-        rng = np.random.default_rng([self.seed, epoch])
-        # Weighted: an epoch is as many rows drawn (with replacement) in proportion to their weight.
-        order = rng.permutation(len(self.rows)) if self.p is None else rng.choice(len(self.rows), size=len(self.rows), p=self.p)
+        order = self._epoch_order(epoch)
         return np.sort(self.rows[order[i * self.batch_size : (i + 1) * self.batch_size]])
 
     def __iter__(self) -> Iterator[torch.Tensor]:
