@@ -78,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("merge", help="check that all scoring (or embedding) shards are complete and intact")
     _common(p)
-    p.add_argument("--stage", action="append", choices=["score", "embed"], default=None, help="the sharded stage to check (repeatable; default score)")
+    p.add_argument(
+        "--stage",
+        action="append",
+        choices=["score", "embed"],
+        default=None,
+        help="the sharded stage to check: score (the models' log-probs) or embed (the context embeddings); repeatable; default score",
+    )
 
     p = sub.add_parser("sweep", help="train one SAE per combination of a sweep file's sae.* values on a run's current build")
     _common(p, SWEEP_CONFIG_HELP)
