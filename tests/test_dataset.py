@@ -10,7 +10,7 @@ from bbox_sae.layout import logprob_column
 from helpers.project import make_project
 
 
-def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7, nan_doc=None):
+def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7, nan_doc=None, dtype="float32"):
     rng = np.random.default_rng(0)
     # The scored words of a run, written here as ingest, score and embed would write them.
     cfg = make_project(
@@ -18,7 +18,7 @@ def make_run(tmp_path, n_docs=12, dim=8, weight=0.7, mode="probs", chunk_rows=7,
         docs=None,
         models=("a", "b", "c"),
         corpus={"shard_docs": 5},
-        build={"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows},
+        build={"output_feature_weight": weight, "performance": mode, "chunk_rows": chunk_rows, "dtype": dtype},
     ).load()
     docs = [Document(f"d{i}", " ".join(f"w{j}" for j in range(rng.integers(1, 9)))) for i in range(n_docs)]
     documents = documents_table(docs, 0.3, 0, 5)
@@ -89,3 +89,19 @@ def test_index_rows_line_up_with_the_logprobs(tmp_path):
     d = info["d_embedding"]
     lp = np.stack([index[logprob_column(m)].to_numpy() for m in ("a", "b", "c")], axis=1)
     np.testing.assert_allclose(np.asarray(matrix[:, d:]) / info["scale_performance"], lp, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["probs", "logprobs"])
+def test_a_float16_matrix_is_the_float32_one_rounded_at_half_the_size(tmp_path, mode):
+    full_cfg = make_run(tmp_path / "full", mode=mode, n_docs=30)
+    half_cfg = make_run(tmp_path / "half", mode=mode, n_docs=30, dtype="float16")
+    full_info, half_info = run_build(full_cfg), run_build(half_cfg)
+    full, full_index, _ = open_matrix(full_cfg)
+    half, half_index, _ = open_matrix(half_cfg)
+    assert (full.dtype, half.dtype) == (np.float32, np.float16)
+    assert (full_info["dtype"], half_info["dtype"]) == ("float32", "float16")
+    assert full_index.equals(half_index)
+    # float16 keeps 11 significant bits: each value within half a unit in the last place.
+    np.testing.assert_allclose(np.asarray(half, np.float32), full, rtol=2**-11, atol=2**-24)
+    data_bytes = {name: m.size * m.itemsize for name, m in (("full", full), ("half", half))}
+    assert data_bytes["half"] * 2 == data_bytes["full"]

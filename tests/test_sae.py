@@ -12,9 +12,9 @@ from helpers.hardening import interrupt_training
 from helpers.planted import planted_run
 
 
-@pytest.mark.parametrize("architecture", ["topk", "batchtopk"])
-def test_recovers_planted_directions(tmp_path, architecture):
-    cfg, directions = planted_run(tmp_path, architecture=architecture)
+@pytest.mark.parametrize("architecture,matrix_dtype", [("topk", "float32"), ("batchtopk", "float32"), ("topk", "float16")])
+def test_recovers_planted_directions(tmp_path, architecture, matrix_dtype):
+    cfg, directions = planted_run(tmp_path, architecture=architecture, matrix_dtype=matrix_dtype)
     metrics = run_train(cfg)
     sae = load_sae(run_dir_for(cfg))
     w = sae.W_dec.detach().numpy()

@@ -224,7 +224,7 @@ def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: 
     tmp_matrix = _temp_path(cfg.paths.matrix, os.getpid())
     tmp_index = _temp_path(cfg.paths.index, os.getpid())
     with naming_os_errors(cfg.paths.matrix):
-        matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.float32, shape=(rows, d_total))
+        matrix = np.lib.format.open_memmap(tmp_matrix, mode="w+", dtype=np.dtype(cfg.build.dtype), shape=(rows, d_total))
     schema = index_schema(models)
     row = 0
     try:
@@ -280,6 +280,7 @@ def run_build(cfg: Config) -> dict:
         "performance_columns": perf_names,
         "models": models,
         "output_feature_weight": weight,
+        "dtype": cfg.build.dtype,
         "scale_embedding": a,
         "scale_performance": b,
         "mean_norm_embedding": norms.embedding,

@@ -13,6 +13,11 @@ from bbox_sae.config.section import Section, path_component
 class BuildConfig(Section):
     performance: Key[Literal["probs", "logprobs", "delta", "delta_context"]] = "probs"
     output_feature_weight: Key[float] = Field(default=0.7, ge=0.0, le=1.0)
+    dtype: Key[Literal["float32", "float16"]] = Field(
+        default="float32",
+        description="how matrix.npy stores its values: float16 halves its disk and page-cache size (10M words: ~16 GB "
+        "instead of ~31 GB); every reader computes in float32. Its cost on the demo is in docs/scaling.md",
+    )
     chunk_rows: Operational[int] = Field(default=65536, ge=1, description="rows held in memory at once")
 
 

@@ -46,7 +46,7 @@ def kmeans_encoder(cfg: Config, matrix: np.ndarray, train_rows: np.ndarray) -> E
 
     n_clusters = min(cfg.sae.d_sae, len(train_rows))
     sample = np.sort(np.random.default_rng(cfg.seed).choice(train_rows, size=min(len(train_rows), 200_000), replace=False))
-    km = MiniBatchKMeans(n_clusters=n_clusters, random_state=cfg.seed, batch_size=4096, n_init=3).fit(np.asarray(matrix[sample]))
+    km = MiniBatchKMeans(n_clusters=n_clusters, random_state=cfg.seed, batch_size=4096, n_init=3).fit(np.asarray(matrix[sample], dtype=np.float32))
     centers = torch.from_numpy(km.cluster_centers_.astype(np.float32))
 
     def encode(x: torch.Tensor) -> torch.Tensor:

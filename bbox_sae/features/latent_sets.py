@@ -148,7 +148,7 @@ def latent_sets(
         carrying = carrying[~in_context_rule[(pair, sign)][carrying]]
         if len(carrying) < min_words:
             continue
-        groups = context_groups(np.asarray(context[carrying]), seed + latent)
+        groups = context_groups(np.asarray(context[carrying], dtype=np.float32), seed + latent)
         for g in np.unique(groups):
             members = carrying[groups == g]
             # Whether a form carries is judged where the group's words stand: 'lord' after 'my' is
@@ -162,7 +162,7 @@ def latent_sets(
             if len(members) < min_words:
                 continue
             word_set = without_idle_left(describe_word_set(attrs, members), attrs, train, dlogp_of[pair], sign, min_abs_dlogp)
-            if word_set.suffix is None and coherence(np.asarray(context[members])) < MIN_COHERENCE:
+            if word_set.suffix is None and coherence(np.asarray(context[members], dtype=np.float32)) < MIN_COHERENCE:
                 continue
             same = (pair, sign, frozenset(word_set.forms), word_set.suffix, word_set.left)
             if same in seen:

@@ -116,17 +116,17 @@ def planted_rows(cfg, planted: np.ndarray, words: pa.Table) -> np.ndarray:
     return np.array([by_key[k] for k in zip(index["doc_id"].to_pylist(), index["word_idx"].to_pylist())])
 
 
-def planted_run(tmp_path, n=12000, d=48, m=64, k=3, **sae):
-    """An SAE's input with a known answer, as the build stage writes it: rows are sparse
-    non-negative combinations of m known unit directions + noise + a mean offset. Returns the
-    config (`sae` overrides the SAE settings) and the directions."""
+def planted_run(tmp_path, n=12000, d=48, m=64, k=3, matrix_dtype="float32", **sae):
+    """An SAE's input with a known answer, as the build stage writes it (in `matrix_dtype`): rows
+    are sparse non-negative combinations of m known unit directions + noise + a mean offset.
+    Returns the config (`sae` overrides the SAE settings) and the directions."""
     rng = np.random.default_rng(0)
     directions = rng.normal(size=(m, d))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     codes = np.zeros((n, m))
     for i in range(n):
         codes[i, rng.choice(m, k, replace=False)] = rng.uniform(0.5, 2.0, k)
-    x = (codes @ directions + 0.01 * rng.normal(size=(n, d)) + 2.0).astype(np.float32)
+    x = (codes @ directions + 0.01 * rng.normal(size=(n, d)) + 2.0).astype(matrix_dtype)
     settings = {"architecture": "topk", "d_sae": 128, "k": k, "lr": 3e-3, "batch_size": 512, "epochs": 12, "dead_feature_window": 100, "checkpoint_every": 20}
     settings.update(sae)
     cfg = make_project(tmp_path, docs=None, embedding=None, sae=settings, wandb={"mode": "offline"}).load()
