@@ -191,7 +191,7 @@ STAGES: list[Stage] = [
         # rule only when the words it adds differ too, and listed words after one listed word are one
         # finding. 3: a run of spaces is said in words. 4: latents' groups of words; findings join
         # only what nests, never by embedding similarity.
-        version={"findings": 4},
+        version={"findings": 5},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,

@@ -55,6 +55,10 @@ def test_scaled_parts_have_the_required_mean_norms(tmp_path, weight, mode):
 def test_performance_columns_match_each_mode():
     lp = np.log(np.array([[0.5, 0.25, 0.125]]))
     np.testing.assert_allclose(performance_columns(lp, "probs"), [[0.5, 0.25, 0.125]])
+    np.testing.assert_allclose(performance_columns(lp, "probs", prob_power=0.25), [[0.5**0.25, 0.25**0.25, 0.125**0.25]])
+    # A 2.5-nat difference on a word neither model finds likely: invisible in p, visible in p**0.25.
+    rare = np.log([[5e-5, 5e-5 * np.exp(-2.5)]])
+    assert np.ptp(performance_columns(rare, "probs")) < 1e-4 < 0.03 < np.ptp(performance_columns(rare, "probs", prob_power=0.25))
     np.testing.assert_allclose(performance_columns(lp, "logprobs"), lp)
     np.testing.assert_allclose(performance_columns(lp, "delta"), lp - lp.mean())
     np.testing.assert_allclose(performance_columns(lp[:, :2], "delta"), [[np.log(2)]])

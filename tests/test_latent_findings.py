@@ -107,3 +107,29 @@ def test_an_llm_names_a_latent_finding_and_its_name_is_tested_on_held_out_words(
     prompts = [user_text(b) for b in server.requests if '"matches"' not in user_text(b)]
     # The finding's label prompt shows its train words against near misses and the offline statement as a hint.
     assert any("a group of" in p and "Counter-examples" in p for p in prompts)
+
+
+def test_units_in_one_left_context_with_a_latent_in_common_are_one_finding():
+    """'lord' after 'my' (its own latent and a broad one) and the kin words after 'my' (three
+    others and the same broad one) are one finding; the broad latent alone does not bring in '?',
+    the same place without a shared latent or for the other winner stays apart."""
+    from bbox_sae.features.candidates import Tested
+    from bbox_sae.features.rules import Rule
+    from bbox_sae.features.tested_findings import finding_groups
+    from bbox_sae.features.word_sets import WordSet
+
+    after_my = Rule(None, None, "form", "f:my")
+    kin = WordSet(("father", "brother"), (5, 3), left=after_my)
+
+    def unit(latents, start, sign=1, rule=None, word_set=None):
+        rows = np.arange(start, start + 10)
+        return Tested("rule" if rule else "latent", ("a", "b"), sign, latents, rows, rows, rule=rule, word_set=word_set)
+
+    units = [
+        unit([367, 405], 0, rule=Rule("form", "f:lord", "form", "f:my")),
+        unit([26, 405, 454], 10, word_set=kin),
+        unit([405], 20, rule=Rule("form", "f:?")),
+        unit([999], 30, word_set=kin),
+        unit([405], 40, sign=-1, rule=Rule("form", "f:lady", "form", "f:my")),
+    ]
+    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4]]

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from bbox_sae.features.latent_sets import context_groups, group_forms
 from bbox_sae.features.rules import Rule, word_attributes
-from bbox_sae.features.word_sets import WordSet, describe_word_set
+from bbox_sae.features.word_sets import WordSet, describe_word_set, suffix_parts, suffix_word_set
 
 WORDS = [" is", " installed", " used", " the", " disk", " heart", " my", " lord", " stored", ".", "\n\n", " truly", " was"]
 
@@ -100,8 +100,46 @@ def test_a_group_without_an_ending_is_proposed_only_when_its_contexts_cohere():
     pair, none = ("A", "B"), np.zeros(len(doc), dtype=bool)
 
     def sets_of(context):
-        return latent_sets([(0, pair, 1)], {0: fires}, context, attrs, train, holdout, {pair: dlogp}, {(pair, 1): none}, 1.0, 5, 0)
+        return latent_sets([(0, pair, 1)], {0: fires}.__getitem__, context, attrs, train, holdout, {pair: dlogp}, {(pair, 1): none}, 1.0, 5, 0)
 
     (found,) = sets_of(coherent)
     assert set(found.word_set.forms) == {n.strip() for n in nouns} and found.word_set.left is None
     assert sets_of(scattered) == []
+
+
+def test_a_group_of_mostly_ly_words_splits_into_the_ending_and_the_rest():
+    """Most of the words and most of the forms end in '-ly': the '-ly' words are one set, said by
+    the ending; 'thine' and 'liege' are the rest."""
+    ly = [" truly", " freely", " presently", " gently", " swiftly", " sweetly"]
+    doc = ly * 3 + [" thine"] * 4 + [" liege"] * 2
+    attrs = word_attributes([doc])
+    parts = suffix_parts(attrs, np.arange(len(doc)))
+    assert [(sorted({doc[i] for i in rows}), suffix) for rows, suffix in parts] == [(sorted(ly), "ly"), ([" liege", " thine"], None)]
+
+
+def test_frequent_forms_sharing_an_ending_by_chance_do_not_split_a_class():
+    """'father', 'brother', 'mother' are most of the kin words after 'my' but 3 of its 7 forms:
+    the class stays whole."""
+    doc = [" father"] * 10 + [" brother"] * 8 + [" mother"] * 6 + [" son", " lord", " liege", " cousin"] * 2
+    attrs = word_attributes([doc])
+    rows = np.arange(len(doc))
+    [(whole, suffix)] = suffix_parts(attrs, rows)
+    assert suffix is None and np.array_equal(whole, rows)
+
+
+def test_an_ending_reaches_unseen_forms_but_not_the_forms_train_shows_do_not_differ():
+    words = [" truly", " freely", " gently", " swiftly", " sweetly"] * 2 + [" only"] * 6 + [" holy"] * 2
+    train_doc = [w for i, word in enumerate(words) for w in ([".", ",", " and"][i % 3], word)]  # no left context shared
+    attrs = word_attributes([train_doc, [" it", " only"], [" so", " kindly"]])
+    train = np.arange(1, len(train_doc), 2)
+    dlogp = np.full(len(attrs.form), 2.0)
+    dlogp[train[10:16]] = 0.0  # the model wins on no 'only'
+    dlogp[train[16]] = 0.0  # and on one 'holy' of two: half, enough
+    total = np.bincount(attrs.form[train], minlength=len(attrs.vocab))
+    wins = np.bincount(attrs.form[train], weights=(dlogp[train] > 1.0).astype(float), minlength=len(attrs.vocab))
+    word_set = suffix_word_set(attrs, train[:10], "ly", total, wins, 0.5)
+    assert word_set.excluded == ("only",)
+    assert word_set.describe() == "a word ending in '-ly' (5 forms, most often 'freely', 'gently', 'sweetly') except 'only'"
+    assert word_set.matches([" so"], " kindly") and word_set.matches([], " holy") and not word_set.matches([" it"], " only")
+    assert not word_set.matches([], " fly")  # a two-letter ending needs a stem of two letters
+    assert WordSet.from_json(word_set.to_json()) == word_set

@@ -42,14 +42,14 @@ def _deltas(logprobs: np.ndarray) -> np.ndarray:
     return logprobs - logprobs.mean(axis=1, keepdims=True)
 
 
-def performance_columns(logprobs: np.ndarray, mode: str, embedding: np.ndarray | None = None) -> np.ndarray:
+def performance_columns(logprobs: np.ndarray, mode: str, embedding: np.ndarray | None = None, prob_power: float = 1.0) -> np.ndarray:
     """(rows, n_models) log-probs -> performance features (rows, d_perf).
 
     `delta_context` is the context direction scaled by the signed difference (Δ ⊗ unit embedding):
     words where the same model wins in similar contexts point the same way, words of unrelated
     contexts do not, so there is no single "A wins" direction for unrelated differences to share."""
     if mode == "probs":
-        return np.exp(logprobs)
+        return np.exp(prob_power * logprobs)
     if mode == "logprobs":
         return logprobs.copy()
     if mode == "delta":
@@ -204,7 +204,7 @@ def _statistics_pass(cfg: Config, models: list[str], stats: BuildStats) -> _Norm
         for i, m in enumerate(models):
             stats.dropped_by_model[m] += int((~np.isfinite(chunk.logprobs[:, i])).sum())
         e = chunk.embedding[chunk.valid].astype(np.float64)
-        p = performance_columns(chunk.logprobs[chunk.valid], mode, e)
+        p = performance_columns(chunk.logprobs[chunk.valid], mode, e, cfg.build.prob_power)
         ne, np_ = (e**2).sum(1), (p**2).sum(1)
         sum_e += np.sqrt(ne).sum()
         sum_p += np.sqrt(np_).sum()
@@ -235,7 +235,7 @@ def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: 
                 if n == 0:
                     continue
                 matrix[row : row + n, :d_emb] = a * chunk.embedding[v]
-                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode, chunk.embedding[v])
+                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode, chunk.embedding[v], cfg.build.prob_power)
                 words = chunk.words.filter(pa.array(v))
                 cols = {"row": pa.array(np.arange(row, row + n), pa.int64()), "doc_id": words["doc_id"], "word_idx": words["word_idx"], "split": words["split"]}
                 for i, m in enumerate(models):
@@ -277,6 +277,7 @@ def run_build(cfg: Config) -> dict:
         "d_embedding": norms.d_embedding,
         "d_in": d_total,
         "performance": mode,
+        "prob_power": cfg.build.prob_power,
         "performance_columns": perf_names,
         "models": models,
         "output_feature_weight": weight,

@@ -13,6 +13,13 @@ from bbox_sae.config.section import Section, path_component
 class BuildConfig(Section):
     performance: Key[Literal["probs", "logprobs", "delta", "delta_context"]] = "probs"
     output_feature_weight: Key[float] = Field(default=0.7, ge=0.0, le=1.0)
+    prob_power: Key[float] = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="`performance: probs` columns are p**prob_power: below 1 a difference on words neither model finds "
+        "likely becomes visible (p 5e-5 against 4e-6 is 0.08 against 0.04 at 0.25, 0.00005 against 0.000004 at 1)",
+    )
     dtype: Key[Literal["float32", "float16"]] = Field(
         default="float32",
         description="how matrix.npy stores its values: float16 halves its disk and page-cache size (10M words: ~16 GB "

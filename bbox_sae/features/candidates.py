@@ -120,7 +120,7 @@ def latent_candidates(
     }
     sets = latent_sets(
         proposals,
-        {latent: fires[:, column[latent]] for latent, _, _ in proposals},
+        lambda latent: fires[:, column[latent]],
         context,
         attrs,
         train,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bbox_sae.config import FeaturesConfig
-from bbox_sae.features.activations import TopActivations, top_words
+from bbox_sae.features.activations import Firing, TopActivations, top_words
 from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import LatentRule, group_latents, mine_rule, top_forms
 from bbox_sae.features.rules import WordAttributes, rules_to_json
@@ -39,7 +39,7 @@ class FindingInputs:
     """What a findings strategy reads; none of it is changed."""
 
     top: TopActivations
-    fires_of: Callable[[list[int]], np.ndarray]  # latents -> (rows, latents) bool
+    fires_of: Callable[[list[int]], Firing]  # latents -> where each fires, (rows, latents)
     attrs: WordAttributes  # by matrix row
     rows_by_split: Mapping[str, np.ndarray]
     lp_by_row: Mapping[str, np.ndarray]

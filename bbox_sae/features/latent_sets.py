@@ -11,7 +11,9 @@ one ending after a few function words. Here the latent proposes the group itself
    fires wherever model B wins by a lot): k-means on the words' context embeddings, clusters whose
    centroids are closer than `GROUP_COSINE` joined again (average linkage), so a class the
    k-means cut in pieces is one group and unrelated groups stay apart;
-3. each group said by what its words share (`word_sets.WordSet`): the word forms on which the
+3. a group whose words mostly end alike split into the words of that ending, said by the ending
+   (every word of it but the forms train shows the model does not win on), and the rest;
+4. each group said by what its words share (`word_sets.WordSet`): the word forms on which the
    proposing model wins on most train occurrences (a form the latent carries only in some
    contexts, 'first' in "FIRST CITIZEN", is not the group's), a suffix nearly all of them end in,
    a left context nearly all of them follow.
@@ -29,13 +31,14 @@ words: precision 0.6-0.9, recall 0.2-0.7 per latent), while the forms of its car
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from bbox_sae.features.rules import WordAttributes
 from bbox_sae.features.significance import coherence
-from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left
+from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left, suffix_parts, suffix_word_set
 
 GROUP_COSINE = 0.3  # k-means clusters of one latent's carrying words whose centroids are at least this close are one group
 CLUSTER_WORDS = 25  # about this many carrying words per k-means cluster...
@@ -123,7 +126,7 @@ def without_idle_left(word_set: WordSet, attrs: WordAttributes, train: np.ndarra
 
 def latent_sets(
     proposals: list[tuple[int, tuple[str, str], int]],
-    fires_of: dict[int, np.ndarray],
+    fires_of: Callable[[int], np.ndarray],
     context: np.ndarray,
     attrs: WordAttributes,
     train: np.ndarray,
@@ -144,7 +147,7 @@ def latent_sets(
     out: list[LatentSet] = []
     seen: set[tuple] = set()
     for latent, pair, sign in proposals:
-        carrying = carrying_rows(fires_of[latent], train, dlogp_of[pair], sign, min_abs_dlogp)
+        carrying = carrying_rows(fires_of(latent), train, dlogp_of[pair], sign, min_abs_dlogp)
         carrying = carrying[~in_context_rule[(pair, sign)][carrying]]
         if len(carrying) < min_words:
             continue
@@ -158,16 +161,20 @@ def latent_sets(
             if key not in wins_of:
                 scope = train if left is None else train[left.mask(attrs, train)]
                 wins_of[key] = form_wins(attrs, scope, dlogp_of[pair], sign, min_abs_dlogp)
-            members = group_forms(attrs, members, *wins_of[key])
-            if len(members) < min_words:
-                continue
-            word_set = without_idle_left(describe_word_set(attrs, members), attrs, train, dlogp_of[pair], sign, min_abs_dlogp)
-            if word_set.suffix is None and coherence(np.asarray(context[members], dtype=np.float32)) < MIN_COHERENCE:
-                continue
-            same = (pair, sign, frozenset(word_set.forms), word_set.suffix, word_set.left)
-            if same in seen:
-                continue
-            seen.add(same)
-            chosen = word_set.mask(attrs, every_row)
-            out.append(LatentSet(latent, pair, sign, word_set, train[chosen[train]], holdout[chosen[holdout]]))
+            for part, suffix in suffix_parts(attrs, members):
+                if suffix is None:
+                    part = group_forms(attrs, part, *wins_of[key])
+                if len(part) < min_words:
+                    continue
+                described = describe_word_set(attrs, part) if suffix is None else suffix_word_set(attrs, part, suffix, *wins_of[key], FORM_CARRIES)
+                word_set = without_idle_left(described, attrs, train, dlogp_of[pair], sign, min_abs_dlogp)
+                if word_set.suffix is None and coherence(np.asarray(context[part], dtype=np.float32)) < MIN_COHERENCE:
+                    continue
+                # A suffix set is every word of its ending but its exclusions, whichever forms were shown.
+                same = (pair, sign, word_set.excluded if word_set.suffix else frozenset(word_set.forms), word_set.suffix, word_set.left)
+                if same in seen:
+                    continue
+                seen.add(same)
+                chosen = word_set.mask(attrs, every_row)
+                out.append(LatentSet(latent, pair, sign, word_set, train[chosen[train]], holdout[chosen[holdout]]))
     return out

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from bbox_sae.build.matrix import open_matrix
 from bbox_sae.config import Config
-from bbox_sae.features.activations import firing
+from bbox_sae.features.activations import Firing, firing
 from bbox_sae.features.contexts import word_attributes_by_position, words_by_row
 from bbox_sae.features.encoders import Encoder, make_encoder
 from bbox_sae.features.rules import WordAttributes
@@ -86,8 +86,8 @@ class FeatureSource:
     def d_sae(self) -> int:
         return self._encoder[1]
 
-    def fires(self, latents: list[int]) -> np.ndarray:
-        """Whether each latent fires on every row (rows × latents, bool)."""
+    def fires(self, latents: list[int]) -> Firing:
+        """Whether each latent fires on every row (rows × latents, bool, stored sparse)."""
         return firing(self.encode, self.matrix.values, latents, self.cfg.features.chunk_rows)
 
 

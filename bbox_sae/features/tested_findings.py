@@ -68,6 +68,42 @@ def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
     return len(a) > 0 and len(b) > 0 and len(np.intersect1d(a, b)) >= share * min(len(a), len(b))
 
 
+def _place(unit: Tested) -> tuple[str, str] | None:
+    """The left context a unit says of its words, when it says one with a word part: 'my' of
+    "'lord' right after 'my'" or of "a group of 8 word forms ... right after 'my'"."""
+    if unit.rule is not None:
+        return (unit.rule.left_kind, unit.rule.left_value) if unit.rule.word_kind and unit.rule.left_kind else None
+    left = unit.word_set.left if unit.word_set is not None else None
+    return (left.left_kind, left.left_value) if left is not None else None
+
+
+def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
+    """Units that nest (`findings.nested_groups`), and groups whose units say words in the same
+    left context, for the same winner, proposed by a latent in common: one class of words after
+    'my' that the SAE carries with several latents ('lord' after 'my' by its own, the kin words by
+    three others, one latent among both) is one finding. A shared latent alone is not enough (one
+    that fires wherever model B wins would join everything B wins on), nor a shared context alone
+    ("'not' after an auxiliary" and a verb after one are different differences unless a latent
+    carries both)."""
+    groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
+    described = [{(units[i].key, _place(units[i]), latent) for i in g if _place(units[i]) for latent in units[i].latents} for g in groups]
+    joined = list(range(len(groups)))
+
+    def root(i: int) -> int:
+        while joined[i] != i:
+            i = joined[i]
+        return i
+
+    for i in range(len(groups)):
+        for j in range(i + 1, len(groups)):
+            if described[i] & described[j]:
+                joined[root(j)] = root(i)
+    merged: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        merged.setdefault(root(i), []).extend(g)
+    return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
+
+
 def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> list[Tested]:
     """What passed, as units of one difference each: nested rules joined, sets a rule states
     absorbed, and sets kept only where they add a difference beyond their rules."""
@@ -98,7 +134,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     tested, first_rule = propose_candidates(feats, inputs, fires, column)
     test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed)
     units = _kept_units(tested, inputs, fires, column)
-    groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], fcfg.finding_overlap)
+    groups = finding_groups(units, fcfg.finding_overlap)
     findings = [dict(_finding_row(g, units, inputs, fires, column), finding=i) for i, g in enumerate(groups)]
     finding_words = [
         (i, split, np.unique(np.concatenate([getattr(units[u], f"{split}_rows") for u in g]))) for i, g in enumerate(groups) for split in ("train", "holdout")
