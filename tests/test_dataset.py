@@ -49,16 +49,17 @@ def test_scaled_parts_have_the_required_mean_norms(tmp_path, weight, mode):
     m = info["mean_norm_joint"]
     assert np.isclose(np.linalg.norm(emb, axis=1).mean(), (1 - weight) * m, rtol=1e-3, atol=1e-9)
     assert np.isclose(np.linalg.norm(perf, axis=1).mean(), weight * m, rtol=1e-3, atol=1e-9)
-    assert matrix.shape == (index.num_rows, d + (3 if mode == "probs" else 3 * d))
+    assert matrix.shape == (index.num_rows, d + (3 * len(cfg.build.prob_powers) if mode == "probs" else 3 * d))
+    assert info["performance_columns"][:3] == ["p__a", "p__b", "p__c"] or mode != "probs"
 
 
 def test_performance_columns_match_each_mode():
     lp = np.log(np.array([[0.5, 0.25, 0.125]]))
     np.testing.assert_allclose(performance_columns(lp, "probs"), [[0.5, 0.25, 0.125]])
-    np.testing.assert_allclose(performance_columns(lp, "probs", prob_power=0.25), [[0.5**0.25, 0.25**0.25, 0.125**0.25]])
+    np.testing.assert_allclose(performance_columns(lp, "probs", prob_powers=[1, 0.25]), [[0.5, 0.25, 0.125, 0.5**0.25, 0.25**0.25, 0.125**0.25]])
     # A 2.5-nat difference on a word neither model finds likely: invisible in p, visible in p**0.25.
     rare = np.log([[5e-5, 5e-5 * np.exp(-2.5)]])
-    assert np.ptp(performance_columns(rare, "probs")) < 1e-4 < 0.03 < np.ptp(performance_columns(rare, "probs", prob_power=0.25))
+    assert np.ptp(performance_columns(rare, "probs")) < 1e-4 < 0.03 < np.ptp(performance_columns(rare, "probs", prob_powers=[0.25]))
     np.testing.assert_allclose(performance_columns(lp, "logprobs"), lp)
     np.testing.assert_allclose(performance_columns(lp, "delta"), lp - lp.mean())
     np.testing.assert_allclose(performance_columns(lp[:, :2], "delta"), [[np.log(2)]])

@@ -102,18 +102,22 @@ def test_rule_labels_match_contexts_like_the_miner():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(["probs", "logprobs", "delta", "delta_context"]))
-def test_blind_rows_do_not_depend_on_which_model_won(seed, mode):
+@given(st.integers(0, 10_000), st.sampled_from(["probs", "logprobs", "delta", "delta_context"]), st.sampled_from([(1.0,), (1.0, 0.25)]), st.integers(2, 3))
+def test_blind_rows_do_not_depend_on_which_model_won(seed, mode, powers, n_models):
     rng = np.random.default_rng(seed)
-    lp = np.log(rng.uniform(0.01, 1, size=(20, 2)))
+    lp = np.log(rng.uniform(0.01, 1, size=(20, n_models)))
     emb = rng.normal(size=(20, 8))
+    other_order = rng.permutation(n_models)
 
-    perf = performance_columns(lp, mode, emb)
-    swapped = performance_columns(lp[:, ::-1], mode, emb)
+    perf = performance_columns(lp, mode, emb, powers)
+    swapped = performance_columns(lp[:, other_order], mode, emb, powers)
     x = torch.tensor(np.hstack([emb, perf]), dtype=torch.float32)
     y = torch.tensor(np.hstack([emb, swapped]), dtype=torch.float32)
-    assert torch.allclose(blind_rows(x, 8, mode), blind_rows(y, 8, mode))
-    assert torch.equal(blind_rows(x, 8, mode)[:, :8], x[:, :8])
+    assert torch.allclose(blind_rows(x, 8, mode, n_models), blind_rows(y, 8, mode, n_models), atol=1e-6)
+    assert torch.equal(blind_rows(x, 8, mode, n_models)[:, :8], x[:, :8])
+    if mode == "probs" and len(powers) > 1:  # each power's columns keep their own level
+        blind = blind_rows(x, 8, mode, n_models)[:, 8:]
+        assert torch.allclose(blind[:, n_models], torch.tensor(np.exp(0.25 * lp).mean(axis=1), dtype=torch.float32), atol=1e-6)
 
 
 def test_latents_that_share_a_rule_or_their_words_form_one_finding():
@@ -302,3 +306,12 @@ def test_a_latent_is_a_feature_of_a_finding_only_when_the_finding_covers_it():
     assert not expresses(nots, np.concatenate([nots[:1], others[:9]]), 0.2)
     assert expresses(nots, np.concatenate([nots[:2], others[:8]]), 0.2)
     assert not expresses(nots, np.array([], dtype=int), 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 60), max_size=40), st.lists(st.integers(0, 60), max_size=40))
+def test_shared_count_is_the_size_of_the_intersection(a, b):
+    from bbox_sae.features.findings import shared_count
+
+    a, b = np.unique(a), np.unique(b)
+    assert shared_count(a, b) == shared_count(b, a) == len(set(a.tolist()) & set(b.tolist()))

@@ -104,7 +104,8 @@ def _another_value(path: str, info: FieldInfo, value):
     if annotation is str:
         return f"{value or ''}x"
     if typing.get_origin(annotation) is list:
-        return ["x"]
+        item = typing.get_args(annotation)[0]
+        return [*value, 0.5] if float in (item, *typing.get_args(item)) else ["x"]
     raise AssertionError(f"{path}: no other value for {annotation}")
 
 

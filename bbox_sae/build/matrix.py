@@ -1,7 +1,9 @@
 """The build stage: join embeddings and every model's log-probs into the performance-aware matrix.
 
 Row = one word: `[a * embedding, b * performance]`, where performance is each model's p(word)
-(`probs`, the paper's default), log p (`logprobs`), or differences (`delta`). With
+at each power of `prob_powers` (`probs`, the paper's choice; p**0.25 too by default, so that a
+difference on words neither model finds likely shows), log p (`logprobs`), or differences
+(`delta`). With
 `output_feature_weight` w, a and b make the mean row norms of the two parts (1-w)*M and w*M,
 M being the mean norm of the unscaled concatenation. Two streaming passes over the shards
 (statistics, then writing a memory-mapped `.npy`), never more than `chunk_rows` rows at once,
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,14 +44,14 @@ def _deltas(logprobs: np.ndarray) -> np.ndarray:
     return logprobs - logprobs.mean(axis=1, keepdims=True)
 
 
-def performance_columns(logprobs: np.ndarray, mode: str, embedding: np.ndarray | None = None, prob_power: float = 1.0) -> np.ndarray:
+def performance_columns(logprobs: np.ndarray, mode: str, embedding: np.ndarray | None = None, prob_powers: Sequence[float] = (1.0,)) -> np.ndarray:
     """(rows, n_models) log-probs -> performance features (rows, d_perf).
 
     `delta_context` is the context direction scaled by the signed difference (Δ ⊗ unit embedding):
     words where the same model wins in similar contexts point the same way, words of unrelated
     contexts do not, so there is no single "A wins" direction for unrelated differences to share."""
     if mode == "probs":
-        return np.exp(prob_power * logprobs)
+        return np.concatenate([np.exp(power * logprobs) for power in prob_powers], axis=1)
     if mode == "logprobs":
         return logprobs.copy()
     if mode == "delta":
@@ -59,11 +61,13 @@ def performance_columns(logprobs: np.ndarray, mode: str, embedding: np.ndarray |
     return (d[:, :, None] * unit[:, None, :]).reshape(len(d), -1)
 
 
-def performance_names(models: list[str], mode: str, d_embedding: int = 0) -> list[str]:
+def performance_names(models: list[str], mode: str, d_embedding: int = 0, prob_powers: Sequence[float] = (1.0,)) -> list[str]:
     if mode in ("delta", "delta_context"):
         names = [f"delta__{models[0]}-{models[1]}"] if len(models) == 2 else [f"delta__{m}-mean" for m in models]
         return names if mode == "delta" else [f"{n}*e{i}" for n in names for i in range(d_embedding)]
-    return [f"{'p' if mode == 'probs' else 'logprob'}__{m}" for m in models]
+    if mode == "probs":
+        return [f"p__{m}" if power == 1 else f"p^{power:g}__{m}" for power in prob_powers for m in models]
+    return [f"logprob__{m}" for m in models]
 
 
 def part_scales(mean_norm_embedding: float, mean_norm_performance: float, mean_norm_joint: float, weight: float) -> tuple[float, float]:
@@ -204,7 +208,7 @@ def _statistics_pass(cfg: Config, models: list[str], stats: BuildStats) -> _Norm
         for i, m in enumerate(models):
             stats.dropped_by_model[m] += int((~np.isfinite(chunk.logprobs[:, i])).sum())
         e = chunk.embedding[chunk.valid].astype(np.float64)
-        p = performance_columns(chunk.logprobs[chunk.valid], mode, e, cfg.build.prob_power)
+        p = performance_columns(chunk.logprobs[chunk.valid], mode, e, cfg.build.prob_powers)
         ne, np_ = (e**2).sum(1), (p**2).sum(1)
         sum_e += np.sqrt(ne).sum()
         sum_p += np.sqrt(np_).sum()
@@ -235,7 +239,7 @@ def _write_pass(cfg: Config, models: list[str], rows: int, d_emb: int, d_total: 
                 if n == 0:
                     continue
                 matrix[row : row + n, :d_emb] = a * chunk.embedding[v]
-                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode, chunk.embedding[v], cfg.build.prob_power)
+                matrix[row : row + n, d_emb:] = b * performance_columns(chunk.logprobs[v], mode, chunk.embedding[v], cfg.build.prob_powers)
                 words = chunk.words.filter(pa.array(v))
                 cols = {"row": pa.array(np.arange(row, row + n), pa.int64()), "doc_id": words["doc_id"], "word_idx": words["word_idx"], "split": words["split"]}
                 for i, m in enumerate(models):
@@ -265,7 +269,7 @@ def run_build(cfg: Config) -> dict:
     stats = BuildStats(dropped_by_model={m: 0 for m in models})
     norms = _statistics_pass(cfg, models, stats)
     a, b = part_scales(norms.embedding, norms.performance, norms.joint, weight)
-    perf_names = performance_names(models, mode, norms.d_embedding)
+    perf_names = performance_names(models, mode, norms.d_embedding, cfg.build.prob_powers)
     d_total = norms.d_embedding + len(perf_names)
     _write_pass(cfg, models, stats.rows, norms.d_embedding, d_total, a, b)
     info = {
@@ -277,7 +281,7 @@ def run_build(cfg: Config) -> dict:
         "d_embedding": norms.d_embedding,
         "d_in": d_total,
         "performance": mode,
-        "prob_power": cfg.build.prob_power,
+        "prob_powers": cfg.build.prob_powers,
         "performance_columns": perf_names,
         "models": models,
         "output_feature_weight": weight,

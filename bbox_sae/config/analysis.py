@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -13,12 +13,12 @@ from bbox_sae.config.section import Section, path_component
 class BuildConfig(Section):
     performance: Key[Literal["probs", "logprobs", "delta", "delta_context"]] = "probs"
     output_feature_weight: Key[float] = Field(default=0.7, ge=0.0, le=1.0)
-    prob_power: Key[float] = Field(
-        default=1.0,
-        gt=0.0,
-        le=1.0,
-        description="`performance: probs` columns are p**prob_power: below 1 a difference on words neither model finds "
-        "likely becomes visible (p 5e-5 against 4e-6 is 0.08 against 0.04 at 0.25, 0.00005 against 0.000004 at 1)",
+    prob_powers: Key[list[Annotated[float, Field(gt=0.0, le=1.0)]]] = Field(
+        default=[1.0, 0.25],
+        min_length=1,
+        description="`performance: probs`: one column per model and power, p**power. p itself (1) shows differences "
+        "on likely words and hides them on words neither model finds likely (p 5e-5 against 4e-6: both about 0); "
+        "0.25 shows those (0.08 against 0.04) and compresses likely ones; [1, 0.25] gives both (docs/findings.md)",
     )
     dtype: Key[Literal["float32", "float16"]] = Field(
         default="float32",

@@ -28,6 +28,7 @@ class Tested:
     pair: tuple[str, str]
     sign: int  # +1: model_a better on the train words that proposed it, -1: model_b
     latents: list[int]  # the latents that proposed it
+    # Row ids, ascending (a split's rows masked): `findings.shared_count` compares units by them.
     train_rows: np.ndarray
     holdout_rows: np.ndarray  # every held-out word it covers: what is tested
     rule: Rule | None = None

@@ -62,9 +62,10 @@ def kmeans_encoder(cfg: Config, matrix: np.ndarray, train_rows: np.ndarray) -> E
 # ---------------------------------------------------------------- Δ-blind ranking
 
 
-def blind_rows(x: torch.Tensor, d_embedding: int, performance: str) -> torch.Tensor:
+def blind_rows(x: torch.Tensor, d_embedding: int, performance: str, n_models: int) -> torch.Tensor:
     """The rows with the models made indistinguishable: each model's performance column replaced by
-    the models' mean (`delta` columns by 0), the context part unchanged.
+    the models' mean (per power of p, `build.prob_powers`; `delta` columns by 0), the context part
+    unchanged.
 
     A latent's activation on such a row depends on the context and on how predictable the word is
     overall, never on which model predicted it better; so rows ranked by it can be tested on their
@@ -75,15 +76,16 @@ def blind_rows(x: torch.Tensor, d_embedding: int, performance: str) -> torch.Ten
     if performance in ("delta", "delta_context"):
         perf.zero_()
     else:
-        perf.copy_(perf.mean(dim=1, keepdim=True).expand_as(perf))
+        by_model = perf.reshape(len(perf), -1, n_models)  # one group of n_models columns per power
+        perf.copy_(by_model.mean(dim=2, keepdim=True).expand_as(by_model).reshape(perf.shape))
     return out
 
 
-def ranking_encoder(encode: Encoder, d_embedding: int, performance: str, ranking: str) -> Encoder:
+def ranking_encoder(encode: Encoder, d_embedding: int, performance: str, ranking: str, n_models: int) -> Encoder:
     """The encoder whose activations choose a latent's examples (`features.ranking`)."""
     if ranking == "full":
         return encode
-    return lambda x: encode(blind_rows(x, d_embedding, performance))
+    return lambda x: encode(blind_rows(x, d_embedding, performance, n_models))
 
 
 def encode_rows(encode: Encoder, matrix: np.ndarray, rows: np.ndarray, chunk_rows: int, desc: str | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
@@ -104,4 +106,4 @@ def make_encoder(cfg: Config, source: str, matrix: np.ndarray, train_rows: np.nd
     else:
         sae = load_sae(cfg.sae_paths.root)
         encode, d_sae = sae_encoder(sae), sae.cfg.d_sae
-    return ranking_encoder(encode, info["d_embedding"], info["performance"], cfg.features.ranking), d_sae
+    return ranking_encoder(encode, info["d_embedding"], info["performance"], cfg.features.ranking, len(info["models"])), d_sae

@@ -17,7 +17,7 @@ from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import top_words
 from bbox_sae.features.candidates import Tested, propose_candidates, test_candidates, tested_row
 from bbox_sae.features.feature_table import pair_stats
-from bbox_sae.features.findings import LatentRule, adds_the_difference, expresses, group_head, nested_groups, states, top_forms
+from bbox_sae.features.findings import LatentRule, adds_the_difference, expresses, group_head, in_sorted, nested_groups, shared_count, states, top_forms
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.rules import RuleFit, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import describe_word_set
@@ -59,13 +59,17 @@ def _more_than_its_rules(group: Tested, rule_units: list[Tested], lp_by_row: dic
     inside = [u.train_rows for u in rule_units if u.key == group.key and _nests(u.holdout_rows, group.holdout_rows, fcfg.finding_overlap)]
     if not inside:
         return True
-    core = np.intersect1d(np.unique(np.concatenate(inside)), group.train_rows)
+    in_rules = np.zeros(len(group.train_rows), dtype=bool)
+    for rows in inside:
+        in_rules |= in_sorted(group.train_rows, rows)
+    core = group.train_rows[in_rules]
     return len(core) == 0 or adds_the_difference(group.train_rows, core, lp_by_row[group.pair[0]], lp_by_row[group.pair[1]], group.sign)
 
 
 def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
-    """Whether at least `share` of the words of the smaller of two held-out word sets lie in the other."""
-    return len(a) > 0 and len(b) > 0 and len(np.intersect1d(a, b)) >= share * min(len(a), len(b))
+    """Whether at least `share` of the words of the smaller of two held-out word sets (sorted row
+    ids) lie in the other."""
+    return len(a) > 0 and len(b) > 0 and shared_count(a, b) >= share * min(len(a), len(b))
 
 
 def _place(unit: Tested) -> tuple[str, str] | None:

