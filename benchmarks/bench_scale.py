@@ -162,16 +162,20 @@ def disk_mb(paths: list[Path]) -> float:
     return round(total / 2**20, 2)
 
 
-def measure_size(label: str, n_words: int, docs: list[dict], args) -> dict:
+def measure_size(label: str, n_words: int, docs: list[dict], args, earlier: dict | None = None) -> dict:
+    """Every stage on a new corpus of `n_words`; with `args.from_stage`, that stage and those after
+    it on the size's existing run (`earlier`: what was measured before, kept for the stages before)."""
     size_dir = Path(args.work_dir) / label
-    shutil.rmtree(size_dir, ignore_errors=True)
-    size_dir.mkdir(parents=True)
-    corpus_words = write_corpus(size_dir / "corpus.jsonl", docs, n_words)
     config = size_dir / "config.yaml"
-    config.write_text(yaml.safe_dump(config_for(size_dir, args)))
+    if args.from_stage:
+        corpus_words, stages = earlier["words"] if earlier else None, dict(earlier["stages"]) if earlier else {}
+    else:
+        shutil.rmtree(size_dir, ignore_errors=True)
+        size_dir.mkdir(parents=True)
+        corpus_words, stages = write_corpus(size_dir / "corpus.jsonl", docs, n_words), {}
+        config.write_text(yaml.safe_dump(config_for(size_dir, args)))
     cfg = load_config(config, args.set)
-    stages = {}
-    for stage in STAGES:
+    for stage in STAGES[STAGES.index(args.from_stage) if args.from_stage else 0 :]:
         if stage == "score":
             start = time.perf_counter()
             write_count_model_logprobs(cfg, size_dir)
@@ -235,6 +239,11 @@ def main() -> None:
     p.add_argument("--work-dir", default=str(REPO / "runs" / "bench-scale"), help="corpora and runs, one folder per size")
     p.add_argument("--corpus", action="append", default=[], help="JSONL corpus to draw from instead of the shipped ones (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every stage (e.g. embedding.model=...)")
+    p.add_argument(
+        "--from-stage",
+        choices=STAGES[1:],
+        help="re-measure this stage and those after it on each size's existing run (after a code change), keeping the earlier stages' numbers",
+    )
     args = p.parse_args()
     args.threads = args.threads or 1
     if args.quick:
@@ -242,12 +251,12 @@ def main() -> None:
     path = results_path(args, NAME)
     previous = json.loads(path.read_text()) if path.exists() else {}
     kept = {k: v for k, v in previous.get("sizes", {}).items() if previous.get("settings") == vars_of(args)}
-    docs = all_documents(Path(args.work_dir), args.corpus)
+    docs = [] if args.from_stage else all_documents(Path(args.work_dir), args.corpus)
     load_before = load_snapshot()
     for size in args.sizes.split(","):
         label = f"{float(size):g}M"
-        print(f"{label}: building corpus and running every stage", flush=True)
-        kept[label] = measure_size(label, int(float(size) * 1e6), docs, args)
+        print(f"{label}: {'running ' + args.from_stage + ' and after' if args.from_stage else 'building corpus and running every stage'}", flush=True)
+        kept[label] = measure_size(label, int(float(size) * 1e6), docs, args, kept.get(label))
         # Written after every size: a long run stopped at 3M keeps what it measured below.
         save(args, kept, load_before)
     print(markdown(json.loads(path.read_text())))
