@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,3 +58,35 @@ def test_growth_ratio_is_time_per_word_at_the_largest_size_over_the_next(points)
     (w1, s1), (w2, s2) = ordered[-2:]
     for stage in bench.STAGES:
         assert np.isclose(growth[stage]["ratio"]["value"], round((s2 / w2) / (s1 / w1), 3), atol=1e-3)
+
+
+@pytest.mark.slow
+def test_from_stage_remeasures_that_stage_and_after_and_keeps_the_rest(tmp_path):
+    """After a code change, `--from-stage` re-runs the later stages on each size's existing run:
+    the corpus and the earlier stages' numbers stay as measured, the later ones are new."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers.repo import REPO
+
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_scale.py"), "--quick", "--threads", "1", "--results-dir", str(tmp_path), "--work-dir", str(work)]
+
+    def measured(*extra: str) -> dict:
+        proc = subprocess.run([*cmd, *extra], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads((tmp_path / "scale.quick.json").read_text())["sizes"]
+
+    first = measured()
+    corpora = {label: (work / label / "corpus.jsonl").read_text() for label in first}
+    again = measured("--from-stage", "label")
+    assert set(again) == set(first)
+    for label, size in first.items():
+        assert (work / label / "corpus.jsonl").read_text() == corpora[label]
+        before = bench.STAGES.index("label")
+        for stage in ["count models", *bench.STAGES[:before]]:
+            assert again[label]["stages"][stage] == size["stages"][stage]
+        for stage in bench.STAGES[before:]:
+            assert again[label]["stages"][stage]["seconds"] > 0
+        assert again[label]["words"] == size["words"]
