@@ -40,7 +40,7 @@ def mine_rule(
     return LatentRule(chosen, fit_rule(chosen.rule, attrs, top_holdout, fires, holdout_scope))
 
 
-class _UnionFind:
+class UnionFind:
     def __init__(self, n: int):
         self.parent = list(range(n))
 
@@ -59,7 +59,7 @@ def group_latents(keys: list[tuple], rules: list[str | None], top_holdout: list[
 
     `fires[:, i]` is where latent i fires over all rows; i and j (same key) join when their rule
     descriptions are equal or one fires on at least `overlap` of the other's holdout top words."""
-    uf = _UnionFind(len(keys))
+    uf = UnionFind(len(keys))
     for i in range(len(keys)):
         for j in range(i + 1, len(keys)):
             if keys[i] != keys[j]:
@@ -274,7 +274,7 @@ def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: 
     "a number"; 'heart' and 'eyes' inside a latent's group of 50 body words). Never on how similar
     the words' embeddings are, nor on a latent that fires on both: a latent that fires wherever one
     model wins, whatever the context, would join unrelated differences."""
-    uf = _UnionFind(len(word_sets))
+    uf = UnionFind(len(word_sets))
     sets = [np.unique(w) for w in word_sets]
     for i in range(len(sets)):
         for j in range(i + 1, len(sets)):

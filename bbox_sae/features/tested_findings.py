@@ -17,7 +17,18 @@ from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import top_words
 from bbox_sae.features.candidates import Tested, propose_candidates, test_candidates, tested_row
 from bbox_sae.features.feature_table import pair_stats
-from bbox_sae.features.findings import LatentRule, adds_the_difference, expresses, group_head, in_sorted, nested_groups, shared_count, states, top_forms
+from bbox_sae.features.findings import (
+    LatentRule,
+    UnionFind,
+    adds_the_difference,
+    expresses,
+    group_head,
+    in_sorted,
+    nested_groups,
+    shared_count,
+    states,
+    top_forms,
+)
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.rules import RuleFit, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import describe_word_set
@@ -91,20 +102,14 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     carries both)."""
     groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
     described = [{(units[i].key, _place(units[i]), latent) for i in g if _place(units[i]) for latent in units[i].latents} for g in groups]
-    joined = list(range(len(groups)))
-
-    def root(i: int) -> int:
-        while joined[i] != i:
-            i = joined[i]
-        return i
-
+    uf = UnionFind(len(groups))
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):
             if described[i] & described[j]:
-                joined[root(j)] = root(i)
+                uf.union(j, i)
     merged: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
-        merged.setdefault(root(i), []).extend(g)
+        merged.setdefault(uf.find(i), []).extend(g)
     return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
 
 
