@@ -130,7 +130,8 @@ def suffix_word_set(attrs: WordAttributes, rows: np.ndarray, suffix: str, total:
     seen = {i: v[2:] for i, v in enumerate(attrs.vocab) if v.startswith("f:") and has_suffix(v[2:], suffix) and total[i] >= 2}
     excluded_ids = sorted((i for i in seen if wins[i] < carries * total[i]), key=lambda i: (-total[i], seen[i]))
     excluded = tuple(seen[i] for i in excluded_ids)
-    counts = Counter(f for f in (attrs.vocab[c][2:] for c in attrs.form[rows].tolist()) if f not in excluded)
+    not_shown = frozenset(excluded)
+    counts = Counter(f for f in (attrs.vocab[c][2:] for c in attrs.form[rows].tolist()) if f not in not_shown)
     ranked = sorted(counts.items(), key=lambda fc: (-fc[1], fc[0]))
     return WordSet(forms=tuple(f for f, _ in ranked), counts=tuple(c for _, c in ranked), suffix=suffix, left=shared_left(attrs, rows), excluded=excluded)
 
