@@ -190,8 +190,10 @@ STAGES: list[Stage] = [
         # How findings are grouped (features/grouping.py). 2: a nested group is said by its broadest
         # rule only when the words it adds differ too, and listed words after one listed word are one
         # finding. 3: a run of spaces is said in words. 4: latents' groups of words; findings join
-        # only what nests, never by embedding similarity.
-        version={"findings": 5},
+        # only what nests, never by embedding similarity. 5: ending sets; same-context units that
+        # share a proposing latent join. 6: a latent's carrying words above
+        # latent_sets.FIT_WORDS are clustered by a k-means fitted on a sample of them.
+        version={"findings": 6},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,

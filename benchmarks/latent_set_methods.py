@@ -96,7 +96,7 @@ def measure(run: Path) -> list[dict]:
         if len(carrying) < 10:
             continue
         score("probe", latent, _probe(context, carrying, train, latent))
-        groups = context_groups(np.asarray(context[carrying]), latent)
+        groups = context_groups(context, carrying, latent)
         for g in np.unique(groups):
             members = carrying[groups == g]
             if len(members) < 10:

@@ -2,11 +2,14 @@
 and how a latent's carrying words become groups."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bbox_sae.features import latent_sets
 from bbox_sae.features.latent_sets import context_groups, group_forms
 from bbox_sae.features.rules import Rule, word_attributes
+from bbox_sae.features.significance import coherence
 from bbox_sae.features.word_sets import WordSet, describe_word_set, suffix_parts, suffix_word_set
 
 WORDS = [" is", " installed", " used", " the", " disk", " heart", " my", " lord", " stored", ".", "\n\n", " truly", " was"]
@@ -59,13 +62,29 @@ def test_a_stray_form_or_one_the_model_rarely_wins_on_is_not_the_groups():
     assert sorted({doc[i] for i in kept}) == [" eyes", " heart"]
 
 
-def test_context_groups_keep_a_class_whole_and_unrelated_words_apart():
+@pytest.mark.parametrize("fit_words", [50_000, 50], ids=["every row", "fitted on a sample"])
+def test_context_groups_keep_a_class_whole_and_unrelated_words_apart(fit_words, monkeypatch):
+    monkeypatch.setattr(latent_sets, "FIT_WORDS", fit_words)
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=64), rng.normal(size=64)
     body = a + 0.3 * rng.normal(size=(120, 64))  # one class, loosely spread: k-means cuts it, the join restores it
     numbers = b + 0.3 * rng.normal(size=(80, 64))
-    labels = context_groups(np.vstack([body, numbers]), seed=0)
+    rows = np.arange(10, 210)  # rows of a larger matrix, as a latent's carrying words are
+    context = np.vstack([rng.normal(size=(10, 64)), body, numbers])
+    labels = context_groups(context, rows, seed=0)
     assert len(set(labels[:120])) == 1 and len(set(labels[120:])) == 1 and labels[0] != labels[120]
+
+
+@given(st.integers(1, 300), st.integers(1, 40), st.integers(0, 2**31 - 1))
+@settings(max_examples=40, deadline=None)
+def test_coherence_read_in_parts_is_the_coherence_of_all_rows(n_rows, fit_words, seed):
+    rng = np.random.default_rng(seed)
+    context = (rng.normal(size=(n_rows + 5, 8)) + rng.normal(size=8)).astype(np.float32)
+    rows = np.sort(rng.choice(n_rows + 5, size=n_rows, replace=False))
+    whole = coherence(np.asarray(context[rows], dtype=np.float32))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(latent_sets, "FIT_WORDS", fit_words)
+        assert latent_sets.context_coherence(context, rows) == pytest.approx(whole, abs=1e-6)  # whole: float32 arithmetic
 
 
 def test_a_group_joins_its_rules_only_when_its_other_words_differ_too():

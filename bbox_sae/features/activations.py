@@ -59,17 +59,35 @@ class Firing:
 
 
 def firing(encode: Encoder, matrix: np.ndarray, latents: list[int], chunk_rows: int) -> Firing:
-    """Where each of the given latents fires, over every row of the matrix."""
+    """Where each of the given latents fires, over every row of the matrix.
+
+    Every chunk's firings go into one buffer, grown as it fills, and each latent's rows are cut
+    from it once the pass is done. Kept as a small array per chunk and latent, they were placed by
+    glibc in the space the chunk's freed ~25 MB temporaries had left, so no later chunk fitted
+    there and the heap grew by about one chunk per chunk: 4.7 GB at 3M words, a matrix's worth
+    (benchmarks/results/stage_memory.json)."""
     index_dtype = np.int32 if matrix.shape[0] < 2**31 else np.int64
-    parts: list[list[np.ndarray]] = [[] for _ in latents]
+    n_chunks = -(-matrix.shape[0] // chunk_rows)
+    bounds = np.zeros((n_chunks, len(latents) + 1), dtype=np.int64)  # per chunk, where each latent's rows start in it
+    starts = np.zeros(n_chunks + 1, dtype=np.int64)  # where each chunk's rows start in `found`
+    found = np.empty(max(matrix.shape[0], 1), dtype=index_dtype)
     if latents:
-        for idx, acts in encode_rows(encode, matrix, np.arange(matrix.shape[0]), chunk_rows, desc="features: firing"):
-            # Column-major nonzeros: each latent's rows come out ascending, chunk after chunk.
+        chunks = encode_rows(encode, matrix, np.arange(matrix.shape[0]), chunk_rows, desc="features: firing")
+        for c, (idx, acts) in enumerate(chunks):
+            # Column-major nonzeros: each latent's rows come out ascending.
             col, row = np.nonzero((acts[:, latents] > 0).numpy().T)
-            bounds = np.searchsorted(col, np.arange(len(latents) + 1))
-            for j in np.flatnonzero(np.diff(bounds)):
-                parts[j].append(idx[row[bounds[j] : bounds[j + 1]]].astype(index_dtype))
-    rows_of = [np.concatenate(p) if p else np.zeros(0, dtype=index_dtype) for p in parts]
+            bounds[c] = np.searchsorted(col, np.arange(len(latents) + 1))
+            starts[c + 1] = starts[c] + len(row)
+            if starts[c + 1] > len(found):
+                # Room for the whole pass at the rate so far, with a tenth to spare.
+                projected = int(1.1 * starts[c + 1] / (c + 1) * n_chunks)
+                grown = np.empty(max(projected, starts[c + 1], len(found) * 5 // 4), dtype=index_dtype)
+                grown[: starts[c]] = found[: starts[c]]
+                found = grown
+            found[starts[c] : starts[c + 1]] = idx[row]
+    rows_of = [
+        np.concatenate([found[starts[c] + bounds[c, j] : starts[c] + bounds[c, j + 1]] for c in range(n_chunks)] or [found[:0]]) for j in range(len(latents))
+    ]
     return Firing(matrix.shape[0], rows_of)
 
 

@@ -31,7 +31,7 @@ words: precision 0.6-0.9, recall 0.2-0.7 per latent), while the forms of its car
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,6 +43,7 @@ from bbox_sae.features.word_sets import WordSet, describe_word_set, shared_left,
 GROUP_COSINE = 0.3  # k-means clusters of one latent's carrying words whose centroids are at least this close are one group
 CLUSTER_WORDS = 25  # about this many carrying words per k-means cluster...
 MAX_CLUSTERS = 8  # ...and at most this many clusters
+FIT_WORDS = 50_000  # context vectors read and clustered at most this many at a time (float64: 150 MB)
 FORM_CARRIES = 0.5  # a form belongs to a group when the proposing model wins on at least this share of its train occurrences...
 FORM_IN_GROUP = 0.3  # ...and the group holds at least this share of those
 # A group without a shared ending is a class only when its words' contexts cohere (mean cosine to
@@ -74,22 +75,52 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def context_groups(vectors: np.ndarray, seed: int) -> np.ndarray:
-    """Group labels for rows of context embeddings: k-means (about `CLUSTER_WORDS` rows a cluster,
-    at most `MAX_CLUSTERS`), then clusters whose unit centroids have cosine >= `GROUP_COSINE`
-    joined by average linkage."""
+def _vectors(context: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:
+    """The unit context vectors of `rows`, `FIT_WORDS` at a time."""
+    for s in range(0, len(rows), FIT_WORDS):
+        yield _unit(np.asarray(context[rows[s : s + FIT_WORDS]], dtype=np.float32))
+
+
+def context_groups(context: np.ndarray, rows: np.ndarray, seed: int) -> np.ndarray:
+    """Group labels for `rows` of `context` (their embeddings): k-means (about `CLUSTER_WORDS` rows a
+    cluster, at most `MAX_CLUSTERS`), then clusters whose unit centroids have cosine >=
+    `GROUP_COSINE` joined by average linkage. Above `FIT_WORDS` rows, k-means is fitted on a seeded
+    sample of that many and every row joins its nearest centroid, so a latent that carries a
+    difference on a large share of a large corpus costs no more than `FIT_WORDS` rows at a time."""
     from scipy.cluster.hierarchy import fcluster, linkage
     from sklearn.cluster import KMeans
 
     # Always at least two clusters: a small group can mix two differences as easily as a large one.
-    k = min(MAX_CLUSTERS, max(2, len(vectors) // CLUSTER_WORDS), len(vectors))
+    k = min(MAX_CLUSTERS, max(2, len(rows) // CLUSTER_WORDS), len(rows))
     if k < 2:
-        return np.zeros(len(vectors), dtype=np.int64)
-    unit = _unit(vectors)
-    labels = KMeans(k, n_init=3, random_state=seed).fit(unit).labels_
-    centroids = _unit(np.stack([unit[labels == c].mean(axis=0) for c in range(k)]))
-    joined = fcluster(linkage(centroids, method="average", metric="cosine"), t=1 - GROUP_COSINE, criterion="distance")
+        return np.zeros(len(rows), dtype=np.int64)
+    kmeans = KMeans(k, n_init=3, random_state=seed)
+    if len(rows) <= FIT_WORDS:
+        unit = _unit(np.asarray(context[rows], dtype=np.float32))
+        labels = kmeans.fit(unit).labels_
+        centroids = np.stack([unit[labels == c].mean(axis=0) for c in range(k)])
+    else:
+        sample = np.sort(np.random.default_rng(seed).choice(rows, size=FIT_WORDS, replace=False))
+        kmeans.fit(_unit(np.asarray(context[sample], dtype=np.float32)))
+        labels = np.empty(len(rows), dtype=np.int64)
+        sums = np.zeros((k, context.shape[1]))
+        for s, unit in zip(range(0, len(rows), FIT_WORDS), _vectors(context, rows)):
+            part = labels[s : s + len(unit)] = kmeans.predict(unit)
+            sums += np.eye(k)[part].T @ unit
+        centroids = sums / np.maximum(np.bincount(labels, minlength=k), 1)[:, None]
+    joined = fcluster(linkage(_unit(centroids), method="average", metric="cosine"), t=1 - GROUP_COSINE, criterion="distance")
     return joined[labels] - 1
+
+
+def context_coherence(context: np.ndarray, rows: np.ndarray) -> float:
+    """`significance.coherence` of the rows' context vectors, read `FIT_WORDS` rows at a time."""
+    if len(rows) <= FIT_WORDS:
+        return coherence(np.asarray(context[rows], dtype=np.float32))
+    centroid = sum(unit.sum(axis=0) for unit in _vectors(context, rows)) / len(rows)
+    norm = np.linalg.norm(centroid)
+    if norm == 0:
+        return 0.0
+    return float(sum((unit @ (centroid / norm)).sum() for unit in _vectors(context, rows)) / len(rows))
 
 
 def form_wins(attrs: WordAttributes, train: np.ndarray, dlogp: np.ndarray, sign: int, min_abs_dlogp: float) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +182,7 @@ def latent_sets(
         carrying = carrying[~in_context_rule[(pair, sign)][carrying]]
         if len(carrying) < min_words:
             continue
-        groups = context_groups(np.asarray(context[carrying], dtype=np.float32), seed + latent)
+        groups = context_groups(context, carrying, seed + latent)
         for g in np.unique(groups):
             members = carrying[groups == g]
             # Whether a form carries is judged where the group's words stand: 'lord' after 'my' is
@@ -168,7 +199,7 @@ def latent_sets(
                     continue
                 described = describe_word_set(attrs, part) if suffix is None else suffix_word_set(attrs, part, suffix, *wins_of[key], FORM_CARRIES)
                 word_set = without_idle_left(described, attrs, train, dlogp_of[pair], sign, min_abs_dlogp)
-                if word_set.suffix is None and coherence(np.asarray(context[part], dtype=np.float32)) < MIN_COHERENCE:
+                if word_set.suffix is None and context_coherence(context, part) < MIN_COHERENCE:
                     continue
                 # A suffix set is every word of its ending but its exclusions, whichever forms were shown.
                 same = (pair, sign, word_set.excluded if word_set.suffix else frozenset(word_set.forms), word_set.suffix, word_set.left)
