@@ -81,8 +81,11 @@ def follow_steps(stream, steps: list[tuple[float, str]]) -> None:
         if chunk not in "\r\n":
             buffer += chunk
             continue
-        line, buffer = buffer.strip(), ""
+        line, cleared, buffer = buffer.strip(), bool(buffer), ""
         step = m.group(1) if (m := PROGRESS_BAR.match(line)) else line
+        if not step and cleared and steps and not steps[-1][1].startswith("after "):
+            # A finished bar that does not stay (tqdm's leave=False) is overwritten with spaces.
+            step = f"after {steps[-1][1]}"
         if step and (not steps or steps[-1][1] != step):
             steps.append((time.time(), step[:80]))
 
@@ -128,7 +131,7 @@ def plot(samples: list[tuple[float, dict]], steps: list[tuple[float, str]], titl
     for key, colour in (("RssAnon", "tab:red"), ("RssFile", "tab:blue")):
         ax.plot([t - t0 for t, _ in samples], [s.get(key, 0) / 2**20 for _, s in samples], label=key, color=colour)
     for when, step in steps:
-        if step.startswith(("features:", "label:", "build:", "train:", "embed:", "report:")):
+        if step.removeprefix("after ").startswith(("features:", "label:", "build:", "train:", "embed:", "report:")):
             ax.axvline(when - t0, color="grey", lw=0.5)
             ax.text(when - t0, ax.get_ylim()[1] * 0.98, step[:40], rotation=90, va="top", fontsize=7)
     ax.set_xlabel("seconds")

@@ -3,6 +3,7 @@ read-write mappings, followed through munmap and mremap, reservations left out."
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,16 @@ def test_large_allocations_are_followed_from_mapping_to_release(tmp_path):
     )
     found = sorted(memory.anonymous_allocations(trace), key=lambda a: a["at"])
     assert [(a["bytes"] // MiB, a["at"], a["until"]) for a in found] == [(64, 10.0, 12.0), (96, 12.0, None), (40, 13.0, 14.0)]
+
+
+def test_steps_are_the_bars_and_lines_a_stage_prints_and_when_a_bar_is_gone():
+    printed = (
+        "features: encode train:  50%|##   | 1/2 [00:01<00:01]\rfeatures: encode train: 100%|#####| 2/2 [00:02<00:00]\r" + " " * 40 + "\rkept 3 findings\n"
+    )
+    steps: list = []
+    memory.follow_steps(io.StringIO(printed), steps)
+    assert [s for _, s in steps] == ["features: encode train", "after features: encode train", "kept 3 findings"]
+    assert memory.step_at(steps, steps[1][0]) == "after features: encode train"
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
