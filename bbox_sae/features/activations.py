@@ -65,7 +65,7 @@ def firing(encode: Encoder, matrix: np.ndarray, latents: list[int], chunk_rows: 
     from it once the pass is done. Kept as a small array per chunk and latent, they were placed by
     glibc in the space the chunk's freed ~25 MB temporaries had left, so no later chunk fitted
     there and the heap grew by about one chunk per chunk: 4.7 GB at 3M words, a matrix's worth
-    (benchmarks/results/stage_memory.json)."""
+    (docs/scaling.md, measured with benchmarks/stage_memory.py)."""
     index_dtype = np.int32 if matrix.shape[0] < 2**31 else np.int64
     n_chunks = -(-matrix.shape[0] // chunk_rows)
     bounds = np.zeros((n_chunks, len(latents) + 1), dtype=np.int64)  # per chunk, where each latent's rows start in it
