@@ -170,6 +170,10 @@ class RunLayout:
         return self.root / "finding_words.parquet"
 
     @property
+    def rule_search(self) -> Path:
+        return self.root / "rule_search.parquet"
+
+    @property
     def contexts(self) -> Path:
         return self.root / "contexts.parquet"
 

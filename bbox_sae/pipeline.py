@@ -22,6 +22,7 @@ from filelock import FileLock, Timeout
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
 from bbox_sae.errors import LockError
 from bbox_sae.layout import RunLayout
+from bbox_sae.schemas import latent_ids
 from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness, writes_nothing
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,14 @@ def _final_summary(cfg: Config, console) -> None:
     from rich.markup import escape
 
     from bbox_sae.labeling.finding_statements import labeled_findings
+    from bbox_sae.report.finding_inputs import against_search
 
     findings = labeled_findings(cfg.paths)
-    n_latents = len({m for f in findings for m in f["latents"].split(",")})
-    console.print(f"\n{len(findings)} finding(s), proposed by {n_latents} latent(s).")
+    n_latents = len({m for f in findings for m in latent_ids(f["latents"])})
+    console.print(f"\n{len(findings)} finding(s), carried by {n_latents} latent(s).")
+    against = against_search(cfg.paths, findings)
+    if against:
+        console.print(escape(against))
     by_model: dict[str, list[dict]] = {}
     for f in findings:
         by_model.setdefault(f["better_model"], []).append(f)

@@ -122,7 +122,7 @@ FEATURE_SCHEMA = pa.schema(
 TESTED_RULE_SCHEMA = pa.schema(
     [
         ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("kind", pa.string()), ("rule", pa.string()),
-        ("rule_json", pa.string()), ("statement", pa.string()), ("latents", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
+        ("rule_json", pa.string()), ("statement", pa.string()), ("latents", pa.string()), ("proposer", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
         ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
         ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
     ]
@@ -132,13 +132,13 @@ TESTED_RULE_SCHEMA = pa.schema(
 FINDING_SCHEMA = pa.schema(
     [
         ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
-        ("latents", pa.string()), ("n_latents", pa.int32()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
+        ("latents", pa.string()), ("n_latents", pa.int32()), ("proposer", pa.string()), ("n_units", pa.int32()), ("q_value", pa.float64()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
         ("median_dlogp", pa.float64()), ("mean_dlogp", pa.float64()), ("median_dp", pa.float64()),
         ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("consistency", pa.float64()),
         ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
         ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
         ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
-        ("kind", pa.string()), ("statement", pa.string()), ("word_set_json", pa.string()),
+        ("kind", pa.string()), ("statement", pa.string()), ("word_set_json", pa.string()), ("single_rule", pa.bool_()),
     ]
 )
 
@@ -146,3 +146,8 @@ FINDING_SCHEMA = pa.schema(
 FINDING_WORDS_SCHEMA = pa.schema(
     [("finding", pa.int32()), ("split", pa.string()), ("row", pa.int64()), ("doc_id", pa.string()), ("word_idx", pa.int32())]
 )
+
+
+def latent_ids(latents: str | None) -> list[int]:
+    """The latents of a `latents` column ("3,17"); a finding the rule search alone found has none ("")."""
+    return [int(x) for x in latents.split(",") if x] if latents else []

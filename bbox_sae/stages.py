@@ -192,12 +192,15 @@ STAGES: list[Stage] = [
         # finding. 3: a run of spaces is said in words. 4: latents' groups of words; findings join
         # only what nests, never by embedding similarity. 5: ending sets; same-context units that
         # share a proposing latent join. 6: a latent's carrying words above
-        # latent_sets.FIT_WORDS are clustered by a k-means fitted on a sample of them.
-        version={"findings": 6},
+        # latent_sets.FIT_WORDS are clustered by a k-means fitted on a sample of them. 7: every rule of
+        # the grammar is a candidate (features.rule_search); rules of one place that a latent carries
+        # join; the rule-search baseline is recorded.
+        version={"findings": 7},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,
             c.paths.finding_words,
+            c.paths.rule_search,
             c.paths.rules,
             c.paths.contexts,
             c.paths.top_activations,

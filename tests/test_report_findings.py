@@ -67,6 +67,8 @@ def add_finding_tables(out: Path) -> Path:
     pq.write_table(features, paths.features)
     findings = read_table(paths.findings).to_pylist()
     findings[1]["latents"], findings[1]["n_latents"] = "3,4", 2
+    # The features stage records each finding's q: the largest of its passed candidates' (below).
+    findings[0]["q_value"], findings[1]["q_value"] = 0.004, 0.02
     pq.write_table(pa.Table.from_pylist(findings, schema=FINDING_SCHEMA), paths.findings)
 
     docs = WERE_DOCS + QUOTE_DOCS + [EVIL_DOC]

@@ -101,6 +101,11 @@ class FeaturesConfig(Section):
         description="`test: rule`: a latent that proposed a kept rule is a kept feature only when its findings' rules cover this share of its train top words",
     )
     finding_overlap: Key[float] = Field(default=0.5, gt=0, le=1, description="kept rules (or latents) sharing this share of their words form one finding")
+    rule_search: Key[bool] = Field(
+        default=True,
+        description="`test: rule`: also test every rule of the grammar with train support whose train median passes the effect rule "
+        "(no SAE needed; latents then add the groups no single rule states, and join rules they carry together)",
+    )
     latent_sets: Key[bool] = Field(
         default=True,
         description="`test: rule`: also test each difference-carrying latent's own word set, chosen by context alone (a group no single rule states)",

@@ -13,6 +13,7 @@ from bbox_sae.config import Config
 from bbox_sae.evaluation.printing import fmt, print_table
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout
+from bbox_sae.schemas import latent_ids
 
 
 def coherence_summary(features: pa.Table, findings: pa.Table) -> dict:
@@ -55,7 +56,7 @@ def _finding_rows(run_dir: Path) -> list[tuple[str, str | None, set[tuple[str, i
     out = []
     for f in findings:
         words = set()
-        for m in (int(x) for x in f["latents"].split(",")):
+        for m in latent_ids(f["latents"]):
             words |= {k for _, k in sorted(by_latent.get(m, []))[: n_top.get(m, 0)]}
         out.append((f["better_model"], f["statement"], words))
     return out

@@ -21,6 +21,7 @@ from bbox_sae.config import Config
 from bbox_sae.evaluation.planting import PlantedRule
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout
+from bbox_sae.schemas import latent_ids
 
 RECOVERED_SHARE = 0.8
 SPURIOUS_SHARE = 0.5
@@ -73,7 +74,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     any_rule = np.zeros(len(next(iter(masks_by_row.values()))), dtype=bool)
     for m in masks_by_row.values():
         any_rule |= m
-    members = [[int(x) for x in f["latents"].split(",")] for f in findings]
+    members = [latent_ids(f["latents"]) for f in findings]
     latents = sorted({m for ms in members for m in ms})
     fires, holdout = _firing(cfg, latents, source) if latents else (np.zeros((len(any_rule), 0), bool), np.zeros(len(any_rule), bool))
     column = {latent: j for j, latent in enumerate(latents)}

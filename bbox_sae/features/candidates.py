@@ -10,12 +10,12 @@ import numpy as np
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import TopActivations, top_words
-from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import propose_rules, rule_words
 from bbox_sae.features.grouping import FindingInputs
 from bbox_sae.features.latent_sets import latent_sets
+from bbox_sae.features.rule_search import search_rules
 from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, rules_to_json
-from bbox_sae.features.significance import bh_qvalues
+from bbox_sae.features.significance import bh_qvalues, wilcoxon_p
 from bbox_sae.features.word_sets import WordSet
 
 
@@ -36,10 +36,27 @@ class Tested:
     stats: dict = field(default_factory=dict)
     q_value: float = float("nan")
     passed: bool = False
+    searched: bool = False  # proposed by the exhaustive rule search (`rule_search`), latents or not
+    # A unit of one difference: the kept rules it joins (its head first), the latents whose train
+    # top words hold it though they did not propose it, and the place (left context) its rules
+    # share (`places.unit_place`).
+    members: tuple[Rule, ...] = ()
+    carriers: list[int] = field(default_factory=list)
+    place: tuple[str, str] | None = None
 
     @property
     def key(self) -> tuple:
         return self.pair, self.sign
+
+    @property
+    def proposer(self) -> str:
+        return proposer_text(self.searched, self.latents)
+
+
+def proposer_text(searched: bool, latents: Sequence[int]) -> str:
+    """Who proposed a candidate or finding: "rule search", "latents 3, 17", or "rule search + latent 3"."""
+    named = f"latent{'s' if len(latents) > 1 else ''} {', '.join(map(str, sorted(latents)))}" if latents else ""
+    return " + ".join(p for p in ("rule search" if searched else "", named) if p)
 
 
 def rule_candidates(
@@ -51,13 +68,22 @@ def rule_candidates(
     train: np.ndarray,
     holdout: np.ndarray,
     lp_by_row: dict[str, np.ndarray],
+    pairs: list[tuple[str, str]],
     fcfg: FeaturesConfig,
 ) -> tuple[list[Tested], dict[int, RuleFit]]:
-    """Every rule a latent proposes from its train top words (`findings.propose_rules`), once per
-    (pair, sign, rule) with all its proposers; and each latent's first proposal (its label when it
-    is in no finding)."""
+    """Every rule the exhaustive search proposes (`features.rule_search`) and every rule a latent
+    proposes from its train top words (`findings.propose_rules`), once per (pair, sign, rule) with
+    all its proposers; and each latent's first proposal (its label when it is in no finding)."""
     candidates: dict[tuple, Tested] = {}
     first_rule: dict[int, RuleFit] = {}
+    if fcfg.rule_search:
+        for a, b in pairs:
+            for found in search_rules(
+                attrs, train, holdout, lp_by_row[a], lp_by_row[b], fcfg.min_activations, fcfg.min_abs_median_dlogp, fcfg.min_abs_median_dp
+            ):
+                candidates[(a, b, found.sign, found.rule)] = Tested(
+                    "rule", (a, b), found.sign, [], found.train_rows, found.holdout_rows, rule=found.rule, searched=True
+                )
     for r in feats:
         if r["latent"] not in column:
             continue
@@ -135,23 +161,45 @@ def latent_candidates(
     return [Tested("latent", s.pair, s.sign, [s.latent], s.train_rows, s.holdout_rows, word_set=s.word_set) for s in sets]
 
 
-def test_candidates(tested: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig, seed: int) -> None:
+def candidate_stats(train_rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray) -> dict:
+    """What a candidate's test needs: the train median (shown) and the held-out median, median Δp
+    and Wilcoxon p. No bootstrap: a CI is drawn for findings only (`pair_stats`), and the rule
+    search makes candidates many."""
+    held, held_p = lp_a[holdout_rows] - lp_b[holdout_rows], np.exp(lp_a[holdout_rows]) - np.exp(lp_b[holdout_rows])
+    median = lambda x: float(np.median(x)) if len(x) else float("nan")  # noqa: E731
+    return {
+        "median_dlogp": median(lp_a[train_rows] - lp_b[train_rows]),
+        "holdout_median_dlogp": median(held),
+        "holdout_median_dp": median(held_p),
+        "holdout_p_value": wilcoxon_p(held) if len(held) else float("nan"),
+    }
+
+
+def test_candidates(tested: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> None:
     """Statistics on train (shown) and held out (the test), one BH family over every candidate of
     either kind, then the effect-size rule and the proposing sign on the held-out median."""
     for t in tested:
-        t.stats = pair_stats(t.train_rows, t.holdout_rows, lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], fcfg.bootstrap_samples, seed)
+        t.stats = candidate_stats(t.train_rows, t.holdout_rows, lp_by_row[t.pair[0]], lp_by_row[t.pair[1]])
     # Independent filtering (Bourgon et al., PNAS 2010): a candidate needs `min_activations` words on
     # each side, train (fewer is too thin to propose anything) and holdout (fewer can never be kept).
     # Word counts say nothing about the holdout Δ, so candidates failing them leave the
     # multiple-testing family instead of diluting the q-values of those that can pass.
+    for t, (q, passed) in zip(tested, one_family(tested, fcfg)):
+        t.q_value, t.passed = q, passed
+
+
+def one_family(tested: Sequence[Tested], fcfg: FeaturesConfig) -> list[tuple[float, bool]]:
+    """Per candidate (its `stats` computed), its BH q over the testable ones and whether it passes:
+    q below `q_threshold`, the effect rule on the held-out median and the proposing sign."""
     testable = np.array([min(len(t.train_rows), len(t.holdout_rows)) >= fcfg.min_activations for t in tested], dtype=bool)
     q = np.full(len(tested), np.nan)
     q[testable] = bh_qvalues(np.array([t.stats["holdout_p_value"] for t in tested], dtype=np.float64)[testable])
+    out = []
     for t, qv in zip(tested, q):
         med, mdp = t.stats["holdout_median_dlogp"], t.stats["holdout_median_dp"]
         large = abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp
-        t.q_value = float(qv)
-        t.passed = bool(np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == t.sign)
+        out.append((float(qv), bool(np.isfinite(qv) and qv < fcfg.q_threshold and large and np.sign(med) == t.sign)))
+    return out
 
 
 def tested_row(t: Tested) -> dict:
@@ -165,6 +213,7 @@ def tested_row(t: Tested) -> dict:
         "rule_json": rules_to_json([t.rule]) if t.rule else None,
         "statement": statement,
         "latents": ",".join(map(str, sorted(t.latents))),
+        "proposer": t.proposer,
         "n_train": int(len(t.train_rows)),
         "median_dlogp": t.stats["median_dlogp"],
         "holdout_n": int(len(t.holdout_rows)),
@@ -181,7 +230,7 @@ def propose_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.n
     each latent's first proposed rule."""
     train, holdout = inputs.rows_by_split["train"], inputs.rows_by_split["holdout"]
     fcfg = inputs.fcfg
-    tested, first_rule = rule_candidates(feats, inputs.top, fires, column, inputs.attrs, train, holdout, inputs.lp_by_row, fcfg)
+    tested, first_rule = rule_candidates(feats, inputs.top, fires, column, inputs.attrs, train, holdout, inputs.lp_by_row, inputs.pairs, fcfg)
     if fcfg.latent_sets:
         tested += latent_candidates(feats, inputs.top, fires, column, inputs.context, inputs.attrs, train, holdout, inputs.lp_by_row, tested, fcfg, inputs.seed)
     return tested, first_rule

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import Firing, TopActivations, top_words
@@ -47,6 +48,7 @@ class FindingInputs:
     context: np.ndarray  # the context part of every row (latent word sets group by it)
     fcfg: FeaturesConfig
     seed: int
+    pairs: tuple[tuple[str, str], ...] = ()  # the compared pairs (`compare`): the rule search runs per pair
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class FindingTables:
     findings: list[dict]
     tested_rules: list[dict]
     finding_words: list[tuple[int, str, np.ndarray]]
+    baseline: pa.Table | None = None  # `test: rule`: the rule search's distinct differences (`features.baseline`)
 
 
 # A finding's Δ statistics, on its train words (shown) and held out (the test).

@@ -276,24 +276,32 @@ def rules_from_json(text: str) -> list[Rule]:
     return [Rule(**r) for r in (raw if isinstance(raw, list) else [raw])]
 
 
+LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
+
+
 def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
-    """Rules in words, joined by "or"; listed words after one listed word are said once ("'lord',
-    'mother' or 'brother', each right after 'my'")."""
+    """Rules in words, joined by "or"; listed word forms in one left context are said once, in the
+    order given ("'lord', 'mother' or 'brother', each right after 'my'"; past `LISTED_FORMS`, "a
+    word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more")."""
     said: list[list[Rule]] = []
-    after_word: dict[str, list[Rule]] = {}
+    in_place: dict[tuple[str, str], list[Rule]] = {}
     for r in rules:
-        if r.word_kind == "form" and r.left_kind == "form" and r.left_value in after_word:
-            after_word[r.left_value].append(r)
+        place = (r.left_kind, r.left_value) if r.word_kind == "form" and r.left_kind else None
+        if place in in_place:
+            in_place[place].append(r)
             continue
         said.append([r])
-        if r.word_kind == "form" and r.left_kind == "form":
-            after_word[r.left_value] = said[-1]
+        if place:
+            in_place[place] = said[-1]
 
     def together(group: list[Rule]) -> str:
         if len(group) == 1:
             return group[0].describe()
+        place = Rule(None, None, group[0].left_kind, group[0].left_value).describe()
         words = [_phrase("form", r.word_value) for r in group]
-        return f"{', '.join(words[:-1])} or {words[-1]}, each right after {_phrase('form', group[0].left_value)}"
+        if len(words) > LISTED_FORMS:
+            return f"{place}: {', '.join(words[:LISTED_FORMS])} and {len(words) - LISTED_FORMS} more"
+        return f"{', '.join(words[:-1])} or {words[-1]}, each {place.removeprefix('a word ')}"
 
     return " or ".join(together(g) for g in said)
 

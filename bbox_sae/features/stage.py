@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table
 from bbox_sae.config import Config
 from bbox_sae.features.activations import TopActivations, top_activations, top_records
+from bbox_sae.features.baseline import BASELINE_SCHEMA
 from bbox_sae.features.contexts import contexts_table
 from bbox_sae.features.domains import domain_stats
 from bbox_sae.features.feature_table import apply_filters, corpus_stats, feature_rows, print_summary
@@ -32,6 +33,7 @@ class Tables:
     findings: pa.Table
     tested_rules: pa.Table
     finding_words: pa.Table
+    baseline: pa.Table
 
 
 def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
@@ -55,6 +57,7 @@ def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
         context=m.values[:, :d_emb],
         fcfg=fcfg,
         seed=cfg.seed,
+        pairs=tuple(pairs),
     )
     found = (rule_tested_findings if fcfg.test == "rule" else top_tested_findings)(feats, inputs)
     return Tables(
@@ -62,6 +65,7 @@ def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
         findings=pa.Table.from_pylist(found.findings, schema=FINDING_SCHEMA) if found.findings else FINDING_SCHEMA.empty_table(),
         tested_rules=pa.Table.from_pylist(found.tested_rules, schema=TESTED_RULE_SCHEMA),
         finding_words=finding_words_table(found.finding_words, m.index),
+        baseline=found.baseline if found.baseline is not None else BASELINE_SCHEMA.empty_table(),
     )
 
 
@@ -99,6 +103,7 @@ def _write(dest: RunLayout, tables: Tables, top_tbl: pa.Table, contexts: pa.Tabl
     atomic_write_table(dest.contexts, contexts)
     atomic_write_table(dest.rules, tables.tested_rules)
     atomic_write_table(dest.finding_words, tables.finding_words)
+    atomic_write_table(dest.rule_search, tables.baseline)
     atomic_write_table(dest.findings, tables.findings)
     atomic_write_json(dest.corpus_stats, stats)
     atomic_write_table(dest.features, tables.features)

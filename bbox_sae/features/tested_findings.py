@@ -15,7 +15,8 @@ import numpy as np
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import top_words
-from bbox_sae.features.candidates import Tested, propose_candidates, test_candidates, tested_row
+from bbox_sae.features.baseline import baseline_differences, baseline_table, searched_candidates, single_rule_states
+from bbox_sae.features.candidates import Tested, propose_candidates, proposer_text, test_candidates, tested_row
 from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import (
     LatentRule,
@@ -30,8 +31,10 @@ from bbox_sae.features.findings import (
     top_forms,
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
+from bbox_sae.features.places import carrying_latents, unit_place
 from bbox_sae.features.rules import RuleFit, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import describe_word_set
+from bbox_sae.schemas import latent_ids
 
 
 def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[Tested]:
@@ -44,7 +47,13 @@ def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: Feat
         t = kept[g[0]]
         head = kept[group_head(g, [k.train_rows for k in kept], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign)]
         latents = sorted({m for i in g for m in kept[i].latents})
-        units.append(Tested("rule", head.pair, head.sign, latents, head.train_rows, head.holdout_rows, rule=head.rule, stats=head.stats))
+        members = (head.rule, *(kept[i].rule for i in g if kept[i] is not head))
+        units.append(
+            Tested(
+                "rule", head.pair, head.sign, latents, head.train_rows, head.holdout_rows, rule=head.rule, stats=head.stats,
+                q_value=max(kept[i].q_value for i in g), passed=True, searched=any(kept[i].searched for i in g), members=members,
+            )
+        )  # fmt: skip
     return units
 
 
@@ -58,6 +67,7 @@ def _absorb_stated_sets(rule_units: list[Tested], latent_units: list[Tested]) ->
             left.append(s)
         else:
             stated_by.latents = sorted(set(stated_by.latents) | set(s.latents))
+            stated_by.q_value = max(stated_by.q_value, s.q_value)
     return left
 
 
@@ -85,7 +95,10 @@ def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
 
 def _place(unit: Tested) -> tuple[str, str] | None:
     """The left context a unit says of its words, when it says one with a word part: 'my' of
-    "'lord' right after 'my'" or of "a group of 8 word forms ... right after 'my'"."""
+    "'lord' right after 'my'" or of "a group of 8 word forms ... right after 'my'"; for a rule unit
+    whose place was worked out from all its rules (`unit_place`), that one."""
+    if unit.place is not None:
+        return unit.place
     if unit.rule is not None:
         return (unit.rule.left_kind, unit.rule.left_value) if unit.rule.word_kind and unit.rule.left_kind else None
     left = unit.word_set.left if unit.word_set is not None else None
@@ -101,7 +114,9 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     ("'not' after an auxiliary" and a verb after one are different differences unless a latent
     carries both)."""
     groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
-    described = [{(units[i].key, _place(units[i]), latent) for i in g if _place(units[i]) for latent in units[i].latents} for g in groups]
+    described = [
+        {(units[i].key, _place(units[i]), latent) for i in g if _place(units[i]) for latent in {*units[i].latents, *units[i].carriers}} for g in groups
+    ]
     uf = UnionFind(len(groups))
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):
@@ -127,6 +142,9 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
 
     kept = [t for t in tested if t.passed and coherent(t)]
     units = _rule_units([t for t in kept if t.kind == "rule"], inputs.lp_by_row, fcfg)
+    for u, carriers in zip(units, carrying_latents(units, top, sorted(column), fcfg.rule_min_share)):
+        u.carriers = [m for m in carriers if m not in u.latents]
+        u.place = unit_place(u, inputs.attrs)
     sets = _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"])
     return units + [s for s in sets if _more_than_its_rules(s, units, inputs.lp_by_row, fcfg)]
 
@@ -141,7 +159,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     fires = inputs.fires_of(proposers)
     column = {latent: j for j, latent in enumerate(proposers)}
     tested, first_rule = propose_candidates(feats, inputs, fires, column)
-    test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed)
+    test_candidates(tested, inputs.lp_by_row, fcfg)
     units = _kept_units(tested, inputs, fires, column)
     groups = finding_groups(units, fcfg.finding_overlap)
     findings = [dict(_finding_row(g, units, inputs, fires, column), finding=i) for i, g in enumerate(groups)]
@@ -150,7 +168,11 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     ]
     findings, finding_words, _ = number_by_effect(findings, finding_words)
     features = _mark_members(feats, findings, finding_words, inputs, fires, column, first_rule)
-    return FindingTables(features, findings, [tested_row(t) for t in tested], finding_words)
+    searched = searched_candidates(tested, inputs.attrs, inputs.rows_by_split, inputs.lp_by_row, inputs.pairs, fcfg)
+    differences = baseline_differences(searched, inputs.lp_by_row, fcfg)
+    holdout_words = {f: rows for f, split, rows in finding_words if split == "holdout"}
+    findings = [dict(f, single_rule=single_rule_states(f, differences, holdout_words)) for f in findings]
+    return FindingTables(features, findings, [tested_row(t) for t in tested], finding_words, baseline_table(differences, findings, holdout_words))
 
 
 RULE_STATES = 0.8  # a finding is said by its rules when they cover this share of its held-out words...
@@ -165,9 +187,12 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
     sign = members[0].sign
     train_rows = np.unique(np.concatenate([u.train_rows for u in members]))
     holdout_rows = np.unique(np.concatenate([u.holdout_rows for u in members]))
-    latents = sorted({m for u in members for m in u.latents})
+    proposers = sorted({m for u in members for m in u.latents})
+    latents = sorted({*proposers, *(m for u in members for m in u.carriers)})
     stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, inputs.seed)
-    rules = [u.rule for u in sorted(members, key=lambda u: -len(u.holdout_rows)) if u.rule is not None]
+    # Most held-out words first: the statement names a finding's largest members first.
+    rules = [u.rule for u in members if u.rule is not None]
+    rules.sort(key=lambda r: -int(np.count_nonzero(r.mask(attrs, holdout_rows))))
     # A latent's group that a long list of one-word rules happens to cover ('disk' or 'machine' or
     # ... 18 of them) reads better as the group: rules say it when they are few.
     few = len(rules) <= MAX_STATING_RULES or all(u.kind == "rule" for u in members)
@@ -179,25 +204,22 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
         "kind": "rule" if by_rules else "latent",
         "latents": ",".join(str(x) for x in latents),
         "n_latents": len(latents),
+        "proposer": proposer_text(any(u.searched for u in members), proposers),
+        "n_units": len(members),
+        "q_value": max(u.q_value for u in members),
         "n_top": int(len(train_rows)),
         "holdout_n": int(len(holdout_rows)),
         **finding_stats(stats),
         "top_words": top_forms(inputs.words_by_row[train_rows]),
     }
     if by_rules:
-        union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
-        member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
-        fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
         statement = describe_rules(rules)
-        row.update(
-            rule=statement,
-            rule_json=rules_to_json(rules),
-            rule_precision=fit.precision,
-            rule_recall=fit.recall,
-            rule_f1=fit.f1,
-            statement=statement,
-            word_set_json=None,
-        )
+        row.update(rule=statement, rule_json=rules_to_json(rules), rule_precision=None, rule_recall=None, rule_f1=None, statement=statement, word_set_json=None)
+        if latents:  # how well the rules fit where its latents fire (none: the rule search alone found it)
+            union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
+            member_top = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
+            fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
+            row.update(rule_precision=fit.precision, rule_recall=fit.recall, rule_f1=fit.f1)
     else:
         word_set = describe_word_set(attrs, train_rows)
         row.update(
@@ -224,8 +246,8 @@ def _mark_members(
     train_words = {f: rows for f, split, rows in finding_words if split == "train"}
     mine: dict[int, list[int]] = {}
     for f in findings:
-        for m in f["latents"].split(","):
-            mine.setdefault(int(m), []).append(f["finding"])
+        for m in latent_ids(f["latents"]):
+            mine.setdefault(m, []).append(f["finding"])
     by_id = {f["finding"]: f for f in findings}
     out = []
     for r in feats:

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from bbox_sae.features.rules import Rule, rules_from_json
 from bbox_sae.features.word_sets import WordSet
 from bbox_sae.layout import logprob_column
+from bbox_sae.schemas import latent_ids
 
 FEATURE_COLUMNS = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp"]
 CONTEXT_COLUMNS = ["latent", "split", "rank", "left", "word", "right"]
@@ -93,8 +94,8 @@ def latent_word_sets(findings: pa.Table | None) -> dict[int, list[WordSet]]:
     out: dict[int, list[WordSet]] = defaultdict(list)
     for f in findings.to_pylist() if findings is not None else []:
         if f.get("word_set_json"):
-            for latent in f["latents"].split(","):
-                out[int(latent)].append(WordSet.from_json(f["word_set_json"]))
+            for latent in latent_ids(f["latents"]):
+                out[latent].append(WordSet.from_json(f["word_set_json"]))
     return out
 
 

@@ -8,10 +8,12 @@ import re
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.report.inputs import ReportInputs
+from bbox_sae.schemas import latent_ids
 
 
-def how_to_read(fcfg: FeaturesConfig, family: int | None) -> str:
-    """One paragraph explaining every statistic the report shows."""
+def how_to_read(fcfg: FeaturesConfig, family: int | None, against_search: str | None = None) -> str:
+    """One paragraph explaining every statistic the report shows, and how the findings compare with
+    the rule search (`finding_inputs.against_search`)."""
     over = f"all {family} candidates tested" if family else "every candidate tested"
     words = "the held-out top words of its latents" if fcfg.test == "top" else "every held-out word it covers"
     kept = (
@@ -31,6 +33,7 @@ def how_to_read(fcfg: FeaturesConfig, family: int | None) -> str:
         "detection score is the same for its label. Rule precision is the share of held-out words "
         "the rule matches on which the member latents fire; rule recall the share of the latents' held-out top words the rule matches; "
         f"F1 combines them. A low rule F1 means the latents fire on much more than the rule, not that the rule's difference is weak. Kept: {kept}."
+        + (f" {against_search}" if against_search else "")
     )
 
 
@@ -39,7 +42,8 @@ def tested_line(f: dict, fcfg: FeaturesConfig, family: int | None) -> str:
     if fcfg.test == "top":
         return f"tested on the {f['holdout_n']} held-out top words of its latents: Wilcoxon signed-rank, BH over every latent"
     words = "its rules cover" if f.get("kind") == "rule" else "its word group covers"
-    return f"tested on all {f['holdout_n']} held-out words {words}: Wilcoxon signed-rank, {over}"
+    proposed = f"; proposed by {f['proposer']}" if f.get("proposer") else ""
+    return f"tested on all {f['holdout_n']} held-out words {words}: Wilcoxon signed-rank, {over}{proposed}"
 
 
 def feature_key(latent: int, a: str, b: str) -> str:
@@ -50,7 +54,7 @@ def finding_view(f: dict, inputs: ReportInputs, fcfg: FeaturesConfig) -> dict:
     a, b = f["model_a"], f["model_b"]
     features = {x["key"]: x for x in inputs.features}
     members = []
-    for latent in (int(x) for x in f["latents"].split(",")):
+    for latent in latent_ids(f["latents"]):
         feature = features.get(feature_key(latent, a, b))
         members.append({"latent": latent, "key": feature_key(latent, a, b), "kept": bool(feature and feature["kept"]), "listed": feature is not None})
     contexts = [{**c, "logprob_a": c["logprob"].get(a), "logprob_b": c["logprob"].get(b)} for c in inputs.finding_contexts.get(f["finding"], [])]

@@ -18,7 +18,7 @@ from bbox_sae.errors import ArtifactError
 from bbox_sae.labeling.finding_statements import labeled_findings
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout, logprob_column
-from bbox_sae.report.finding_inputs import finding_contexts, finding_q_values
+from bbox_sae.report.finding_inputs import against_search, finding_contexts, finding_q_values
 from bbox_sae.report.markup import num
 
 FEATURE_REQUIRED = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp", "top_words"]
@@ -48,6 +48,7 @@ class ReportInputs:
     finding_contexts: dict[int, list[dict]] = field(default_factory=dict)  # finding -> held-out contexts
     finding_q: dict[int, float] = field(default_factory=dict)  # finding -> BH q (finding_inputs.finding_q_values)
     candidate_family: int | None = None  # how many candidates BH was over
+    against_search: str | None = None  # the findings against the rule search (finding_inputs.against_search)
 
     @property
     def models(self) -> list[str]:
@@ -153,4 +154,5 @@ def load_inputs(cfg: Config) -> ReportInputs:
         finding_contexts=finding_contexts(paths, findings, cfg.features.context_chars),
         finding_q=finding_q,
         candidate_family=family,
+        against_search=against_search(paths, findings),
     )

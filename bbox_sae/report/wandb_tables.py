@@ -32,7 +32,7 @@ FINDING_FIELDS = {
     "finding": "finding", "statement": "statement", "kind": "kind", "better_model": "better_model", "model_a": "model_a",
     "model_b": "model_b", "delta": "holdout_median_dlogp", "ci_low": "holdout_ci_low", "ci_high": "holdout_ci_high",
     "q": "q_value", "n": "holdout_n", "detection": "detection", "statement_source": "statement_source", "rule_f1": "rule_f1",
-    "latents": "latents", "top_words": "top_words", "contexts": "contexts",
+    "latents": "latents", "proposer": "proposer", "single_rule": "single_rule", "top_words": "top_words", "contexts": "contexts",
 }  # fmt: skip
 FINDING_COLUMNS = list(FINDING_FIELDS)
 
@@ -77,6 +77,7 @@ def _summary(inputs: ReportInputs) -> dict:
         for key, value in metrics.items():
             summary[f"sae/{run}/{key}"] = value
     summary["findings"] = len(inputs.findings)
+    summary["findings/beyond_single_rules"] = sum(1 for f in inputs.findings if f.get("single_rule") is False)
     summary["features/rows"] = len(inputs.features)
     summary["features/kept"] = sum(f["kept"] for f in inputs.features)
     return summary

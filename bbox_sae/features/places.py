@@ -1,0 +1,63 @@
+"""Where a unit of kept rules says its words are (its place), and which latents carry it.
+
+Rules of one place and one winner that a latent carries together are one finding a person would
+name ("a word at the start of a line: 'then', 'or', 'yet' and 4 more", Gemma better), not seven
+findings of one form each (`tested_findings.finding_groups`). The place must be the same one: a
+line start and a blank line are different places though every word after a blank line also
+starts a line, so a unit takes its most specific place, and "right after a line break" (the
+class) is the line start (the layout) said another way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bbox_sae.features.activations import TopActivations, top_words
+from bbox_sae.features.candidates import Tested
+from bbox_sae.features.findings import in_sorted
+from bbox_sae.features.rules import Rule, WordAttributes
+
+# Places said two ways by the grammar: a left class of layout is the layout.
+LAYOUT_CLASSES = {"c:newline": ("layout", "line_start"), "c:blank": ("layout", "after_blank")}
+# More specific first: a left word, a left class, a blank line, a line start.
+SPECIFICITY = {"form": 0, "class": 1, "after_blank": 2, "line_start": 3}
+
+
+def canonical_place(rule: Rule) -> tuple[str, str] | None:
+    """The rule's left context when it also names the word (a form or class), one way of saying each."""
+    if not (rule.word_kind and rule.left_kind) or rule.left_kind == "form2":
+        return None
+    if rule.left_kind == "class" and rule.left_value in LAYOUT_CLASSES:
+        return LAYOUT_CLASSES[rule.left_value]
+    return rule.left_kind, rule.left_value
+
+
+def _specificity(place: tuple[str, str]) -> int:
+    return SPECIFICITY[place[1]] if place[0] == "layout" else SPECIFICITY[place[0]]
+
+
+def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple[str, str] | None:
+    """The most specific place of the unit's rules that holds for at least `share` of its held-out
+    words: 'gloster' (any) with 'gloster' after a blank line, most of its words, is after a blank line."""
+    places = set()
+    for rule in unit.members or ((unit.rule,) if unit.rule is not None else ()):
+        place = canonical_place(rule)
+        if place is not None and len(unit.holdout_rows) and Rule(None, None, *place).mask(attrs, unit.holdout_rows).mean() >= share:
+            places.add(place)
+    return min(places, key=lambda p: (_specificity(p), p)) if places else None
+
+
+def carrying_latents(units: list[Tested], top: TopActivations, latents: list[int], min_share: float, min_words: int = 2) -> list[list[int]]:
+    """Per unit, the latents that carry it: at least `min_share` of a latent's train top words
+    (and `min_words`) are the unit's train words. Proposed or not: the rule search proposes without
+    latents, and latents still say which of its rules belong together."""
+    tops = {latent: np.sort(top_words(top, "train", latent)) for latent in latents}
+    out = []
+    for u in units:
+        carried = []
+        for latent, rows in tops.items():
+            shared = int(np.count_nonzero(in_sorted(rows, u.train_rows))) if len(rows) else 0
+            if shared >= max(min_words, min_share * len(rows)):
+                carried.append(latent)
+        out.append(carried)
+    return out

@@ -1,0 +1,52 @@
+"""Rules of one place and one winner that a latent carries together are one finding (`features.places`,
+`tested_findings.finding_groups`); a line start and a blank line are different places."""
+
+import numpy as np
+
+from bbox_sae.features import candidates
+from bbox_sae.features.places import canonical_place, unit_place
+from bbox_sae.features.rules import Rule, describe_rules, word_attributes
+from bbox_sae.features.tested_findings import finding_groups
+
+
+def _unit(rule, start, carriers=(), sign=-1, members=(), place=None):
+    rows = np.arange(start, start + 10)
+    return candidates.Tested("rule", ("a", "b"), sign, [], rows, rows, rule=rule, searched=True, members=members or (rule,), carriers=list(carriers), place=place)
+
+
+def test_a_class_of_layout_is_that_layout_and_a_word_alone_has_no_place():
+    assert canonical_place(Rule("form", "f:then", "class", "c:newline")) == ("layout", "line_start")
+    assert canonical_place(Rule("form", "f:oliver", "class", "c:blank")) == ("layout", "after_blank")
+    assert canonical_place(Rule("form", "f:lord", "form", "f:my")) == ("form", "f:my")
+    assert canonical_place(Rule("form", "f:then")) is None
+    assert canonical_place(Rule(None, None, "layout", "line_start")) is None
+
+
+def test_a_unit_takes_the_most_specific_place_holding_for_half_its_words():
+    docs = [["\n\n", "OLIVER", ".", "\n", "Then", " oliver", " went", "\n\n", "OLIVER", "."]]
+    attrs = word_attributes(docs)
+    oliver = np.flatnonzero(attrs.form == attrs.code["f:oliver"])
+    members = (Rule("form", "f:oliver"), Rule("form", "f:oliver", "layout", "line_start"), Rule("form", "f:oliver", "layout", "after_blank"))
+    unit = candidates.Tested("rule", ("a", "b"), -1, [], oliver, oliver, rule=members[0], members=members)
+    assert unit_place(unit, attrs) == ("layout", "after_blank")  # 2 of 3 after a blank line; every one of them also starts a line
+    assert unit_place(unit, attrs, share=0.9) is None
+
+
+def test_rules_of_one_place_join_only_through_a_latent_carrying_both_and_for_one_winner():
+    line, blank = ("layout", "line_start"), ("layout", "after_blank")
+    units = [
+        _unit(Rule("form", "f:then", "layout", "line_start"), 0, carriers=[7], place=line),
+        _unit(Rule("form", "f:or", "layout", "line_start"), 10, carriers=[7, 9], place=line),
+        _unit(Rule("form", "f:yet", "layout", "line_start"), 20, carriers=[3], place=line),  # no latent in common
+        _unit(Rule("form", "f:oliver", "layout", "after_blank"), 30, carriers=[7], place=blank),  # another place
+        _unit(Rule("form", "f:nor", "layout", "line_start"), 40, carriers=[7], sign=1, place=line),  # another winner
+    ]
+    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4]]
+
+
+def test_many_forms_of_one_place_are_said_once_most_frequent_first():
+    forms = ["then", "or", "yet", "whose", "thy", "was", "nor"]
+    rules = [Rule("form", f"f:{f}", "layout", "line_start") for f in forms]
+    assert describe_rules(rules) == "a word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"
+    assert describe_rules(rules[:2]) == "'then' or 'or', each at the start of a line"
+    assert describe_rules([*rules[:2], Rule("form", "f:enter")]) == "'then' or 'or', each at the start of a line or 'enter'"

@@ -1,0 +1,92 @@
+"""The rule search (`features.rule_search`) and its baseline (`features.baseline`): the vectorized
+search proposes exactly the rules a rule-by-rule search over the grammar would, and a baseline
+difference is covered only by a finding of the same winner holding half its words."""
+
+from itertools import product
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bbox_sae.config import FeaturesConfig
+from bbox_sae.features.baseline import baseline_differences, covering_finding, searched_candidates
+from bbox_sae.features.rule_search import group_medians, search_rules
+from bbox_sae.features.rules import Rule, word_attributes
+
+WORDS = ["the", " cat", " sat", "\n", "Then", " or", ".", "\n\n", "GLOSTER", " my", " lord"]
+
+
+def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp):
+    """Every rule of the searched shapes, built from the vocab, tested one by one with Rule.mask."""
+    forms = [v for v in attrs.vocab if v.startswith("f:")]
+    classes = [v for v in attrs.vocab if v.startswith("c:")]
+    rules = [Rule("form", f) for f in forms]
+    rules += [Rule("form", f, "form", g) for f, g in product(forms, forms)]
+    rules += [Rule("form", f, "class", c) for f, c in product(forms, classes)]
+    rules += [Rule("form", f, "layout", lay) for f in forms for lay in ("line_start", "after_blank")]
+    rules += [Rule("class", c, "form", f) for c, f in product(classes, forms)]
+    out = {}
+    for r in rules:
+        rows = train[r.mask(attrs, train)]
+        if len(rows) < min_words:
+            continue
+        dlogp, dp = np.median(lp_a[rows] - lp_b[rows]), np.median(np.exp(lp_a[rows]) - np.exp(lp_b[rows]))
+        sign = np.sign(dlogp) if abs(dlogp) > min_dlogp else np.sign(dp) if abs(dp) > min_dp else 0
+        if sign:
+            out[r] = (int(sign), rows, holdout[r.mask(attrs, holdout)])
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=30), min_size=1, max_size=8), st.integers(0, 2**31 - 1), st.integers(1, 4))
+def test_the_vectorized_search_proposes_what_a_rule_by_rule_search_does(docs, seed, min_words):
+    attrs = word_attributes(docs)
+    n = len(attrs.form)
+    rng = np.random.default_rng(seed)
+    lp_a, lp_b = -rng.exponential(2.0, n), -rng.exponential(2.0, n)
+    split = rng.random(n) < 0.5
+    train, holdout = np.flatnonzero(split), np.flatnonzero(~split)
+    found = {f.rule: (f.sign, f.train_rows, f.holdout_rows) for f in search_rules(attrs, train, holdout, lp_a, lp_b, min_words, 1.0, 0.1)}
+    expected = _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, 1.0, 0.1)
+    assert found.keys() == expected.keys()
+    for rule, (sign, tr, ho) in expected.items():
+        assert found[rule][0] == sign
+        np.testing.assert_array_equal(found[rule][1], tr)
+        np.testing.assert_array_equal(found[rule][2], ho)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(-10, 10)), min_size=1, max_size=60))
+def test_group_medians_are_numpys_medians(pairs):
+    keys = np.array([k for k, _ in pairs], dtype=np.int64)
+    values = np.array([v for _, v in pairs])
+    uniq, counts, medians = group_medians(keys, values)
+    for k, c, m in zip(uniq, counts, medians):
+        assert c == np.count_nonzero(keys == k)
+        assert m == np.median(values[keys == k])
+
+
+def test_a_planted_line_start_difference_is_one_baseline_difference_covered_only_by_its_winner():
+    """'then' at a line start, B better by 3 nats, planted on a corpus of lines: the search's own
+    family confirms it (nested with 'then' alone), and a finding covers it only with B as winner."""
+    rng = np.random.default_rng(0)
+    docs = [[w for _ in range(12) for w in (str(rng.choice(["Then", "So", "And"])), " we", " went", " home", "\n")] for _ in range(60)]
+    attrs = word_attributes(docs)
+    n = len(attrs.form)
+    lp_a = -rng.exponential(2.0, n)
+    lp_b = lp_a + rng.normal(0, 0.1, n)
+    then = Rule("form", "f:then", "layout", "line_start").mask(attrs)
+    lp_b[then] += 3.0
+    lp_b = np.minimum(lp_b, 0.0)
+    doc_of = np.repeat(np.arange(len(docs)), [len(d) for d in docs])
+    held = doc_of % 2 == 1
+    rows_by_split = {"train": np.flatnonzero(~held), "holdout": np.flatnonzero(held)}
+    fcfg = FeaturesConfig(rule_search=False)
+    searched = searched_candidates([], attrs, rows_by_split, {"a": lp_a, "b": lp_b}, [("a", "b")], fcfg)
+    (difference,) = baseline_differences(searched, {"a": lp_a, "b": lp_b}, fcfg)
+    assert difference["better_model"] == "b"
+    assert set(difference["rows"]) == set(np.flatnonzero(then & held))
+    half = difference["rows"][: len(difference["rows"]) // 2 + 1]
+    finding = {"finding": 0, "model_a": "a", "model_b": "b", "better_model": "b"}
+    assert covering_finding(difference, [finding], {0: half}) == 0
+    assert covering_finding(difference, [dict(finding, better_model="a")], {0: half}) is None
+    assert covering_finding(difference, [finding], {0: half[: len(half) // 2]}) is None
