@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
 from _common import RESULTS, print_table
 
 
@@ -60,9 +59,19 @@ def main() -> None:
         beyond = sum(1 for f in r["findings"] if f.get("single_rule") is False)
         searched = sum(1 for f in r["findings"] if "rule search" in (f.get("proposer") or ""))
         n = len(r["search"])
-        out["runs"][name] = {"findings": len(r["findings"]), "search_differences": n, "covered": covered, "beyond_single_rules": beyond, "found_by_search": searched}
+        out["runs"][name] = {
+            "findings": len(r["findings"]),
+            "search_differences": n,
+            "covered": covered,
+            "beyond_single_rules": beyond,
+            "found_by_search": searched,
+        }
         rows.append([name, len(r["findings"]), n, covered, f"{covered / n:.0%}" if n else "-", searched, beyond])
-    print_table("findings against the rule search", ["folder", "findings", "search differences", "covered", "coverage", "search proposed", "no single rule states"], rows)
+    print_table(
+        "findings against the rule search",
+        ["folder", "findings", "search differences", "covered", "coverage", "search proposed", "no single rule states"],
+        rows,
+    )
     if len(runs) > 1:
         pair_rows = []
         for x, y in permutations(runs, 2):

@@ -11,7 +11,9 @@ from bbox_sae.features.tested_findings import finding_groups
 
 def _unit(rule, start, carriers=(), sign=-1, members=(), place=None):
     rows = np.arange(start, start + 10)
-    return candidates.Tested("rule", ("a", "b"), sign, [], rows, rows, rule=rule, searched=True, members=members or (rule,), carriers=list(carriers), place=place)
+    return candidates.Tested(
+        "rule", ("a", "b"), sign, [], rows, rows, rule=rule, searched=True, members=members or (rule,), carriers=list(carriers), place=place
+    )
 
 
 def test_a_class_of_layout_is_that_layout_and_a_word_alone_has_no_place():
@@ -50,3 +52,21 @@ def test_many_forms_of_one_place_are_said_once_most_frequent_first():
     assert describe_rules(rules) == "a word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"
     assert describe_rules(rules[:2]) == "'then' or 'or', each at the start of a line"
     assert describe_rules([*rules[:2], Rule("form", "f:enter")]) == "'then' or 'or', each at the start of a line or 'enter'"
+
+
+def test_a_latent_carries_a_unit_when_enough_of_its_top_words_are_the_units():
+    from bbox_sae.features.activations import TopActivations
+    from bbox_sae.features.places import carrying_latents
+
+    # Latent 0's 10 train top words: 6 in unit 0, 4 in unit 1; latent 1's: 1 in unit 0.
+    top_rows = np.array([[0, 1, 2, 3, 4, 5, 20, 21, 22, 23], [0, 50, 51, 52, 53, 54, 55, 56, 57, 58]])
+    # Equal activations: the percentile rule keeps every top word.
+    top = TopActivations(
+        values={"train": np.ones((2, 10)), "holdout": np.zeros((2, 0))},
+        rows={"train": top_rows, "holdout": np.zeros((2, 0), dtype=np.int64)},
+        fire_counts=np.full(2, 10),
+        n_rows=60,
+    )
+    units = [_unit(Rule("form", "f:a"), 0), _unit(Rule("form", "f:b"), 20)]
+    assert carrying_latents(units, top, [0, 1], min_share=0.3) == [[0], [0]]
+    assert carrying_latents(units, top, [0, 1], min_share=0.5) == [[0], []]

@@ -90,3 +90,13 @@ def test_a_planted_line_start_difference_is_one_baseline_difference_covered_only
     assert covering_finding(difference, [finding], {0: half}) == 0
     assert covering_finding(difference, [dict(finding, better_model="a")], {0: half}) is None
     assert covering_finding(difference, [finding], {0: half[: len(half) // 2]}) is None
+
+
+@given(st.lists(st.sets(st.integers(0, 40), max_size=15), max_size=7))
+def test_shared_counts_are_the_pairwise_intersections(sets):
+    """`findings.shared_counts` finds every pair sharing a row without comparing every pair."""
+    from bbox_sae.features.findings import shared_counts
+
+    arrays = [np.array(sorted(s), dtype=np.int64) for s in sets]
+    expected = {(i, j): len(sets[i] & sets[j]) for i in range(len(sets)) for j in range(i + 1, len(sets)) if sets[i] & sets[j]}
+    assert shared_counts(arrays) == expected

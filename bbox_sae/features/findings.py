@@ -268,6 +268,34 @@ def shared_count(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.count_nonzero(in_sorted(small, large)))
 
 
+def memberships(word_sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, set) membership of some sets of row ids (each without repeats), sorted by row."""
+    sizes = [len(w) for w in word_sets]
+    owner = np.repeat(np.arange(len(word_sets)), sizes)
+    rows = np.concatenate(word_sets) if word_sets else np.zeros(0, dtype=np.int64)
+    order = np.argsort(rows, kind="stable")
+    return rows[order], owner[order]
+
+
+def shared_counts(word_sets: list[np.ndarray]) -> dict[tuple[int, int], int]:
+    """How many rows each pair (i < j) of sets (row ids without repeats) shares, for every pair
+    sharing any: from the sets' memberships sorted by row, so the cost grows with the memberships,
+    not with the square of the number of sets (the rule search makes thousands at 3M words)."""
+    rows, owner = memberships(word_sets)
+    n = len(word_sets)
+    codes = []
+    for d in range(1, len(rows)):
+        same = rows[d:] == rows[:-d]
+        if not same.any():
+            break  # runs of one row are contiguous: no run is longer than d
+        a, b = owner[:-d][same], owner[d:][same]
+        codes.append(np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b))
+    if not codes:
+        return {}
+    pairs, counts = np.unique(np.concatenate(codes), return_counts=True)
+    return {(int(c // n), int(c % n)): int(k) for c, k in zip(pairs, counts)}
+
+
 def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: float) -> list[list[int]]:
     """Groups of units (kept rules, kept latent sets) of the same pair and sign where one's words lie
     (>= `containment`) inside another's: one difference said at two levels of detail ("'4'" inside
@@ -276,12 +304,9 @@ def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: 
     model wins, whatever the context, would join unrelated differences."""
     uf = UnionFind(len(word_sets))
     sets = [np.unique(w) for w in word_sets]
-    for i in range(len(sets)):
-        for j in range(i + 1, len(sets)):
-            if signs[i] != signs[j] or not len(sets[i]) or not len(sets[j]):
-                continue
-            if shared_count(sets[i], sets[j]) >= containment * min(len(sets[i]), len(sets[j])):
-                uf.union(i, j)
+    for (i, j), shared in shared_counts(sets).items():
+        if signs[i] == signs[j] and shared >= containment * min(len(sets[i]), len(sets[j])):
+            uf.union(i, j)
     groups: dict[int, list[int]] = {}
     for i in range(len(sets)):
         groups.setdefault(uf.find(i), []).append(i)

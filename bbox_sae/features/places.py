@@ -14,7 +14,7 @@ import numpy as np
 
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.candidates import Tested
-from bbox_sae.features.findings import in_sorted
+from bbox_sae.features.findings import memberships
 from bbox_sae.features.rules import Rule, WordAttributes
 
 # Places said two ways by the grammar: a left class of layout is the layout.
@@ -50,14 +50,17 @@ def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple
 def carrying_latents(units: list[Tested], top: TopActivations, latents: list[int], min_share: float, min_words: int = 2) -> list[list[int]]:
     """Per unit, the latents that carry it: at least `min_share` of a latent's train top words
     (and `min_words`) are the unit's train words. Proposed or not: the rule search proposes without
-    latents, and latents still say which of its rules belong together."""
-    tops = {latent: np.sort(top_words(top, "train", latent)) for latent in latents}
-    out = []
-    for u in units:
-        carried = []
-        for latent, rows in tops.items():
-            shared = int(np.count_nonzero(in_sorted(rows, u.train_rows))) if len(rows) else 0
-            if shared >= max(min_words, min_share * len(rows)):
-                carried.append(latent)
-        out.append(carried)
+    latents, and latents still say which of its rules belong together. Looked up by row, so the
+    cost grows with the top words and the units' words, not with their product."""
+    rows, owner = memberships([u.train_rows for u in units])
+    out: list[list[int]] = [[] for _ in units]
+    for latent in latents:
+        tops = np.unique(top_words(top, "train", latent))
+        if not len(tops):
+            continue
+        start, end = np.searchsorted(rows, tops, side="left"), np.searchsorted(rows, tops, side="right")
+        hits = np.concatenate([owner[s:e] for s, e in zip(start, end)]) if len(rows) else np.zeros(0, dtype=np.int64)
+        counts = np.bincount(hits, minlength=len(units))
+        for u in np.flatnonzero(counts >= max(min_words, min_share * len(tops))):
+            out[u].append(latent)
     return out
