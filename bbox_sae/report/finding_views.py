@@ -30,7 +30,9 @@ def how_to_read(fcfg: FeaturesConfig, family: int | None, against_search: str | 
         f"its Benjamini–Hochberg adjusted value over {over} (a finding joins one or more candidates, each passing q < {fcfg.q_threshold}; "
         "its q is the largest of theirs). Detection is the balanced accuracy of a judge that reads only the statement and picks the "
         "finding's held-out words among as many other held-out words, half of them near misses (0.5 is chance, 1 perfect); a latent's "
-        "detection score is the same for its label. Rule precision is the share of held-out words "
+        "detection score is the same for its label. With the offline labeller the judge applies the statement's own definition, so its "
+        "detection is a definition check (1.0: the statement is exact about its words), not a validation by an independent reader; an "
+        "LLM judge (label.base_url, label.model) gives that. Rule precision is the share of held-out words "
         "the rule matches on which the member latents fire; rule recall the share of the latents' held-out top words the rule matches; "
         f"F1 combines them. A low rule F1 means the latents fire on much more than the rule, not that the rule's difference is weak. Kept: {kept}."
         + (f" {against_search}" if against_search else "")

@@ -49,6 +49,7 @@ class ReportInputs:
     finding_q: dict[int, float] = field(default_factory=dict)  # finding -> BH q (finding_inputs.finding_q_values)
     candidate_family: int | None = None  # how many candidates BH was over
     against_search: str | None = None  # the findings against the rule search (finding_inputs.against_search)
+    rule_search: pa.Table | None = None  # rule_search.parquet, when the run has one
 
     @property
     def models(self) -> list[str]:
@@ -155,4 +156,5 @@ def load_inputs(cfg: Config) -> ReportInputs:
         finding_q=finding_q,
         candidate_family=family,
         against_search=against_search(paths, findings),
+        rule_search=read_table(paths.rule_search) if paths.rule_search.exists() else None,
     )

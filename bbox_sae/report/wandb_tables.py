@@ -64,7 +64,16 @@ def _wandb_row(feature: dict, cell, columns: list[str]) -> list:
 
 
 def _sae_table_rows(sae_runs: dict[str, dict]) -> list[list]:
-    return [[run, key, json.dumps(value)] for run, metrics in sae_runs.items() for key, value in metrics.items()]
+    """One row per (run, metric); a number stays a number (it sorts and plots in W&B), anything else is JSON in `text`."""
+
+    def is_number(v) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    return [
+        [run, key, float(value) if is_number(value) else None, None if is_number(value) else json.dumps(value)]
+        for run, metrics in sae_runs.items()
+        for key, value in metrics.items()
+    ]
 
 
 def _summary(inputs: ReportInputs) -> dict:
@@ -76,8 +85,12 @@ def _summary(inputs: ReportInputs) -> dict:
     for run, metrics in inputs.sae_runs.items():
         for key, value in metrics.items():
             summary[f"sae/{run}/{key}"] = value
-    summary["findings"] = len(inputs.findings)
+    # Not "findings": that key is the findings table's, and a number under it would replace the table in the summary.
+    summary["findings/count"] = len(inputs.findings)
     summary["findings/beyond_single_rules"] = sum(1 for f in inputs.findings if f.get("single_rule") is False)
+    if inputs.rule_search is not None:
+        summary["rule_search/differences"] = inputs.rule_search.num_rows
+        summary["rule_search/covered"] = inputs.rule_search.num_rows - inputs.rule_search["covered_by"].null_count
     summary["features/rows"] = len(inputs.features)
     summary["features/kept"] = sum(f["kept"] for f in inputs.features)
     return summary
@@ -102,8 +115,10 @@ def log_wandb(cfg: Config, inputs: ReportInputs, charts: Charts) -> dict:
             ),
         }
         payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(finding_views(inputs, cfg.features)), allow_mixed_types=True)
+        if inputs.rule_search is not None:
+            payload["rule_search"] = wandb.Table(dataframe=inputs.rule_search.to_pandas())
         if inputs.sae_runs:
-            payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value"], data=_sae_table_rows(inputs.sae_runs))
+            payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value", "text"], data=_sae_table_rows(inputs.sae_runs), allow_mixed_types=True)
         for key, path in (("findings_forest", charts.forest), ("domains_chart", charts.domains)):
             if path is not None:
                 payload[key] = wandb.Image(str(path))
