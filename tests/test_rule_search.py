@@ -100,3 +100,46 @@ def test_shared_counts_are_the_pairwise_intersections(sets):
     arrays = [np.array(sorted(s), dtype=np.int64) for s in sets]
     expected = {(i, j): len(sets[i] & sets[j]) for i in range(len(sets)) for j in range(i + 1, len(sets)) if sets[i] & sets[j]}
     assert shared_counts(arrays) == expected
+
+
+CONJUNCTION_SENTENCES = [
+    "I know and you know the way.",
+    "She asked but you never came.",
+    "Stay here or you will be late.",
+    "We went home and the dog slept.",
+    "Tell me what you saw that day.",
+    "They said you were kind to them.",
+    "The river was cold but the sun was warm.",
+    "He ran fast or he would miss the boat.",
+]
+
+
+def conjunction_corpus(n_docs: int = 240) -> list[str]:
+    rng = np.random.default_rng(3)
+    return [" ".join(str(s) for s in rng.choice(CONJUNCTION_SENTENCES, size=4)) for _ in range(n_docs)]
+
+
+def is_you_after_conjunction(words: list[str], idx: int) -> bool:
+    return idx > 0 and words[idx].strip().lower() == "you" and words[idx - 1].strip().lower() in {"and", "but", "or"}
+
+
+def test_a_difference_the_grammar_states_is_a_finding_whatever_the_sae_seed(tmp_path):
+    """'you' right after a conjunction, B worse by 2 nats: a rule of the grammar, so a finding
+    covers it (precision and recall >= 0.9) with either SAE seed, proposed by the rule search."""
+    from bbox_sae.artifacts import read_table
+    from helpers.planted import planted_pipeline, planted_rows
+
+    for seed in (0, 1):
+        cfg, planted, words = planted_pipeline(
+            tmp_path / f"seed{seed}", planted_delta=2.0, docs=conjunction_corpus(), is_planted=is_you_after_conjunction, sae={"seed": seed}
+        )
+        on_rows = planted_rows(cfg, planted, words)
+        holdout = read_table(cfg.paths.index)["split"].to_numpy(zero_copy_only=False) == "holdout"
+        covered = read_table(cfg.paths.finding_words).to_pandas()
+        findings = read_table(cfg.paths.findings).to_pylist()
+        best = max(findings, key=lambda f: on_rows[covered[(covered.finding == f["finding"]) & (covered.split == "holdout")]["row"]].sum())
+        rows = covered[(covered.finding == best["finding"]) & (covered.split == "holdout")]["row"].to_numpy()
+        assert best["better_model"] == "A" and "rule search" in best["proposer"]
+        assert on_rows[rows].mean() >= 0.9 and np.isin(np.flatnonzero(on_rows & holdout), rows).mean() >= 0.9
+        search = read_table(cfg.paths.rule_search).to_pylist()
+        assert search and all(d["covered_by"] is not None for d in search)

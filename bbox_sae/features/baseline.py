@@ -3,7 +3,7 @@ findings cover.
 
 Every rule the search proposes on train (`rule_search`) is tested exactly as the tool tests its
 candidates, in a BH family of its own; passed rules whose held-out words nest are one distinct
-difference (`findings.nested_groups`, said by `group_head`). A difference is covered when a
+difference (`findings.nested_groups`), said by its head (`group_head`) and made of the head's words. A difference is covered when a
 finding of the same pair and winner holds at least half of its held-out words. Recorded in every
 run (`rule_search.parquet`), so a reader sees by how much the findings beat the search a sceptical
 reviewer would run first, and what the SAE added: findings no single rule states.
@@ -55,7 +55,9 @@ def baseline_differences(searched: Sequence[Tested], lp_by_row, fcfg: FeaturesCo
     for g in nested_groups([t.holdout_rows for t in passed], [t.key for t in passed], fcfg.finding_overlap):
         t = passed[g[0]]
         head = passed[group_head(g, [p.train_rows for p in passed], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign)]
-        rows = np.unique(np.concatenate([passed[i].holdout_rows for i in g]))
+        # The head's words, as a finding's unit: a broader rule of the group ("'you'", where only
+        # 'you' after a conjunction differs, its median carried by them) adds words where nothing differs.
+        rows = head.holdout_rows
         a, b = t.pair
         out.append(
             {

@@ -55,7 +55,13 @@ def is_if_were(words: list[str], idx: int) -> bool:
 
 
 def planted_pipeline(
-    tmp_path, planted_delta, noise=0.0, features=None, docs: list[str] | None = None, is_planted: Callable[[list[str], int], bool] = is_if_were
+    tmp_path,
+    planted_delta,
+    noise=0.0,
+    features=None,
+    docs: list[str] | None = None,
+    is_planted: Callable[[list[str], int], bool] = is_if_were,
+    sae: dict | None = None,
 ):
     """Run ingest → features on `docs` (default: 'were' after 'if'), model B worse than A by
     `planted_delta` on the words `is_planted` marks; returns (config, planted mask over words, words)."""
@@ -77,7 +83,7 @@ def planted_pipeline(
         # p alone: the words here are all likely (p 0.2-0.9), where p**0.25 adds nothing, and the
         # tests below rely on what this small SAE learns from these exact rows.
         build={"output_feature_weight": 0.7, "performance": "probs", "prob_powers": [1.0]},
-        sae={"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50},
+        sae={"architecture": "topk", "d_sae": 64, "k": 4, "lr": 0.003, "batch_size": 256, "epochs": 30, "dead_feature_window": 50, **(sae or {})},
         features={"top_n": 30, "bootstrap_samples": 300, **(features or {})},
     )
     cfg = project.load()
