@@ -110,9 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from bbox_sae.config import load_config
+    from bbox_sae.config import check_saved_config, load_config
 
     cfg = load_config(args.config, args.overrides, args.output_dir)
+    # Before any command takes the lock or writes: every command saves its config there.
+    check_saved_config(cfg)
     if cfg.threads:
         import torch
 
