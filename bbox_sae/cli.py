@@ -9,7 +9,7 @@ import os
 import sys
 
 from bbox_sae import __version__
-from bbox_sae.errors import BBoxError
+from bbox_sae.errors import BBoxError, printable
 from bbox_sae.stages import STAGE_NAMES, STAGES
 
 
@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.print_usage(sys.stderr)
         command = self.prog.removeprefix("bbox").strip()
-        self.exit(2, f"bbox: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
+        self.exit(2, printable(f"bbox: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)") + "\n")
 
 
 def _global(p: argparse.ArgumentParser, top: bool) -> None:
@@ -205,10 +205,19 @@ def _os_error_line(err: OSError) -> str:
     return f"{where}: {err.strerror or err}"
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines quote labels, corpus words and a server's replies: no terminal escapes get through."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), keep="\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     try:
         return dispatch(args)
     except BBoxError as err:

@@ -5,13 +5,27 @@ one line naming the file or field) and what is kept on disk (inputs hashed befor
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
+from bbox_sae.cli import main
 from bbox_sae.config.output_dir import SAVED_HEADER
+from bbox_sae.labeling import finding_statements
+from bbox_sae.layout import RunLayout
 from helpers.cli import assert_one_line_error, bbox
 from helpers.project import SMALL_RUN, Project, make_project
+
+# A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
+# false, so that the label stage has latents to label although nothing passes on six documents.
+SMALL = {
+    "sae": {"architecture": "topk", "d_sae": 16, "k": 2, "epochs": 2, "batch_size": 16, "checkpoint_every": 2, "dead_feature_window": 2},
+    "features": {"bootstrap_samples": 50, "top_n": 5, "min_activations": 1},
+    "label": {"only_kept": False, "max_retries": 0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "api_key_env": "BBOX_TEST_UNSET_KEY"},
+}
+# ANSI colour, an OSC-8 hyperlink to another host, a cursor move, a bidirectional override.
+ESCAPES = "\x1b[31mred\x1b[0m \x1b]8;;http://evil.example/\x07click\x1b]8;;\x07 \x1b[2J\u202egnp.exe"
 
 
 @pytest.fixture()
@@ -66,3 +80,50 @@ def test_a_dangling_or_looping_symlink_as_output_dir_is_named_as_such(tmp_path, 
         code, err = bbox(capsys, "run", "-c", str(project.config), "-o", str(out))
         assert_one_line_error(code, err, f"output_dir {out}: is a symlink to", "which does not resolve (dangling, or a loop)")
     assert not (tmp_path / "nowhere").exists() and not project.out.exists()
+
+
+@pytest.fixture(scope="module")
+def through_features(tmp_path_factory) -> Project:
+    """One run up to `features`, copied by each test that needs it (`copy_of`)."""
+    project = make_project(tmp_path_factory.mktemp("through-features"), **SMALL)
+    assert main(["run", "-c", str(project.config), "--until", "features"]) == 0
+    return project
+
+
+def copy_of(through_features: Project, tmp_path: Path) -> RunLayout:
+    """The finished run in a new output dir (copy2 keeps the times the manifest recorded)."""
+    shutil.copytree(through_features.out, tmp_path / "out")
+    return RunLayout(tmp_path / "out")
+
+
+# ---------------------------------------------------------------- 3: nothing echoed holds terminal escapes
+
+
+def test_the_final_summary_prints_labels_without_terminal_escapes(through_features, tmp_path, capsys, monkeypatch):
+    """`bbox run`'s summary printed an LLM label's ANSI colours and OSC-8 link to the terminal."""
+    out = copy_of(through_features, tmp_path)
+    finding = {"finding": 0, "better_model": f"a{ESCAPES}", "latents": "1,2", "kind": "latent", "statement": f"{ESCAPES} [bold]x[/bold]"}
+    finding |= {"top_words": f"{ESCAPES} w", "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5}
+    assert bbox(capsys, "run", "-c", str(through_features.config), "-o", str(out.root))[0] == 0
+    # Every stage is up to date now: the next run only prints the summary, of these findings.
+    monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: [finding])
+    code, err = bbox(capsys, "run", "-c", str(through_features.config), "-o", str(out.root))
+    assert code == 0, err
+    summary = " ".join(err.split("1 finding(s), proposed by 2 latent(s).", 1)[1].split())  # as if not wrapped
+    assert summary.count("\\x1b[31mred\\x1b[0m") == 3 and summary.count("\\x1b]8;;http://evil.example/\\x07click") == 2  # model, statement, words
+    assert "\\u202egnp.exe" in summary and not set(err) & {"\x1b", "\x07", "\u202e"}
+    assert "latent group: \\x1b[31mred" in summary and "[bold]x[/bold]" in summary  # shown as text, not read as console markup
+
+
+def test_errors_quoting_user_text_hold_no_terminal_escapes(tmp_path, capsys):
+    missing = tmp_path / f"corpus{ESCAPES}.jsonl"
+    project = make_project(tmp_path, docs=None, corpus={"path": str(missing)}, **SMALL_RUN)
+    for args in (["--set", "seed=0"], ["--set", f"corpus.path={missing}"]):  # from the config file, from --set
+        code, err = bbox(capsys, "run", "-c", str(project.config), *args)
+        assert code == 2 and "\\x1b[31mred\\x1b[0m" in err and not set(err) & {"\x1b", "\x07", "\u202e"}, err
+        assert err.strip().splitlines()[-1].startswith("bbox: error: ")
+    # A usage error quotes argv: argparse writes an unrecognized argument as it is.
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "-c", str(project.config), ESCAPES])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unrecognized arguments: \\x1b[31mred" in err and not set(err) & {"\x1b", "\x07", "\u202e"}, err

@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bbox_sae.config import LabelConfig
+from bbox_sae.errors import printable
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
 from bbox_sae.labeling.heuristic import heuristic_label
 from bbox_sae.labeling.messages import detection_messages, fuzz_messages, label_messages, parse_detection_reply, parse_fuzz_reply, parse_label_reply
@@ -115,5 +116,6 @@ def print_prompts(features: Sequence[FeatureExamples], seed: int, n_fuzz: int) -
     for f in features:
         print(f"=== latent {f.latent}: label prompt ===")
         for message in label_messages(f, heuristic_label(f, seed, n_fuzz).label):
-            print(f"[{message['role']}]\n{message['content']}")
+            # The prompt quotes corpus text: its line breaks stay, its terminal escapes do not.
+            print(f"[{message['role']}]\n{printable(message['content'], keep=chr(10))}")
     print("(detection and fuzzing prompts are built from the labels, so a dry run cannot show them)")
