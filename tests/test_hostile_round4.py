@@ -4,17 +4,25 @@ one line naming the file or field) and what is kept on disk (inputs hashed befor
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
+import logging
+import re
 import shutil
+import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
+from test_labeling import NEGATIVES, labels, llm_cfg, simple_latent, smart, write_fixture
 
 from bbox_sae.cli import main
 from bbox_sae.config.output_dir import SAVED_HEADER
-from bbox_sae.labeling import finding_statements
+from bbox_sae.labeling import finding_statements, run_label
 from bbox_sae.layout import RunLayout
+from bbox_sae.retry import backoff_delay, retry_after_seconds
 from helpers.cli import assert_one_line_error, bbox
+from helpers.fake_openai import FakeOpenAI, Reply
 from helpers.project import SMALL_RUN, Project, make_project
 
 # A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
@@ -127,3 +135,47 @@ def test_errors_quoting_user_text_hold_no_terminal_escapes(tmp_path, capsys):
         main(["run", "-c", str(project.config), ESCAPES])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "unrecognized arguments: \\x1b[31mred" in err and not set(err) & {"\x1b", "\x07", "\u202e"}, err
+
+
+@pytest.fixture()
+def fixture_negatives(monkeypatch):
+    """As in test_labeling (not autouse here: the CLI tests above run the real label stage)."""
+    import bbox_sae.labeling.stage as stage
+
+    monkeypatch.setattr(stage, "draw_negatives", lambda src, forms, contrast=0, members_of=None: pq.read_table(src.cfg.out / NEGATIVES))
+
+
+# ---------------------------------------------------------------- 4: Retry-After is capped, and the wait named
+
+
+def test_retry_after_values_no_machine_should_wait_are_capped():
+    assert retry_after_seconds({"retry-after": "inf"}) == float("inf") and retry_after_seconds({"retry-after": "nan"}) is None
+    for asked in (86400.0, float("inf"), retry_after_seconds({"retry-after": "1e400"})):
+        assert backoff_delay(0, 1.0, 60.0, 0.0, asked) == 60.0  # not a day, nor for ever
+    assert backoff_delay(0, 1.0, 60.0, 0.0, 5.0) == 5.0  # one the cap allows is waited out
+    assert backoff_delay(0, 1.0, 60.0, 0.0, None) == 0.5
+
+
+@pytest.mark.usefixtures("fixture_negatives")
+@pytest.mark.parametrize("retry_after", ["86400", "inf", "http-date"])
+def test_a_429_asking_for_a_day_waits_at_most_backoff_max_s_and_says_so(tmp_path, caplog, retry_after):
+    """`Retry-After: 86400` slept a day per retry, silently; `inf` slept for ever."""
+    if retry_after == "http-date":
+        retry_after = email.utils.formatdate(time.time() + 86400, usegmt=True)
+    write_fixture(tmp_path, [simple_latent(1)])
+
+    def rate_limited_once(body, index):
+        return Reply(status=429, headers={"Retry-After": retry_after}) if index == 0 else smart(body, index)
+
+    start = time.monotonic()
+    with FakeOpenAI(rate_limited_once) as server, caplog.at_level(logging.INFO):
+        result = run_label(llm_cfg(tmp_path, server, max_retries=1, backoff_base_s=0.01, backoff_max_s=0.3))
+    assert time.monotonic() - start < 20
+    assert result["retries"] == 1 and labels(tmp_path)[1]["label_source"] == "llm:judge"  # the retry got the label
+    (said,) = [r for r in caplog.records if "waiting" in r.getMessage()]
+    assert said.levelno == logging.WARNING
+    assert re.fullmatch(
+        rf"{re.escape(server.base_url)}: label request: HTTP 429: scripted 429; waiting 0\.3 s before attempt 2 of 2 "
+        r"\(the server's Retry-After asked for (86400|inf|8639\d(\.\d+)?) s; label\.backoff_max_s=0\.3 caps it\)",
+        said.getMessage(),
+    ), said.getMessage()

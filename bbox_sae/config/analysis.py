@@ -116,7 +116,7 @@ class LabelConfig(Section):
     max_retries: Operational[int] = Field(default=4, ge=0)
     timeout_s: Operational[float] = Field(default=60.0, gt=0)
     backoff_base_s: Operational[float] = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
-    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
+    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait, a server's Retry-After included")
     temperature: Key[float | None] = Field(default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)")
     examples: Key[int] = Field(default=20, ge=1, description="train contexts shown to the labeler")
     validation_examples: Key[int] = Field(default=10, ge=1, description="holdout positives (and as many negatives)")

@@ -86,7 +86,7 @@ class ModelConfig(Section):
     timeout_s: Operational[float] = Field(default=120.0, gt=0)
     max_retries: Operational[int] = Field(default=5, ge=0)
     backoff_base_s: Operational[float] = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
-    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
+    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait, a server's Retry-After included")
     prompt_logprobs: Key[bool] = Field(default=False, description="use vLLM's prompt_logprobs extension")
     prompt_format: Operational[Literal["tokens", "text"]] = Field(
         default="tokens", description="send windows as token ids (vLLM) or as text (servers that take only strings)"

@@ -111,7 +111,7 @@ class Asker:
             else:
                 self.stats.cache_hits += 1
                 return value
-        attempts = retrying(self.cfg, self.rng, on_retry=self._count_retry)
+        attempts = retrying(self.cfg, self.rng, on_retry=lambda state: self._before_retry(kind, state))
         try:
             async for attempt in attempts:
                 with attempt:
@@ -129,8 +129,25 @@ class Asker:
         atomic_write_json(path, {"kind": kind, "model": self.cfg.model, "prompt_version": PROMPT_VERSION, "content": content})
         return value
 
-    def _count_retry(self, _state) -> None:
+    def _before_retry(self, kind: str, state) -> None:
+        """Count the retry, and say what is waited for: a stage that sleeps without a word looks hung."""
         self.stats.retries += 1
+        failure = classify(state.outcome.exception(), self.cfg.timeout_s)
+        wait, asked = state.upcoming_sleep, failure.retry_after_s
+        capped = ""
+        if asked is not None and asked > wait:
+            capped = f" (the server's Retry-After asked for {asked:g} s; label.backoff_max_s={self.cfg.backoff_max_s:g} caps it)"
+        log.log(
+            logging.WARNING if wait >= 1 or capped else logging.INFO,
+            "%s: %s request: %s; waiting %.1f s before attempt %d of %d%s",
+            self.cfg.base_url,
+            kind,
+            failure.description,
+            wait,
+            state.attempt_number + 1,
+            self.cfg.max_retries + 1,
+            capped,
+        )
 
     def _check_budget(self, kind: str) -> None:
         budget = self.cfg.max_tokens_total
