@@ -18,6 +18,7 @@ from test_labeling import NEGATIVES, labels, llm_cfg, simple_latent, smart, writ
 
 from bbox_sae.cli import main
 from bbox_sae.config.output_dir import SAVED_HEADER
+from bbox_sae.errors import EndpointError
 from bbox_sae.labeling import finding_statements, run_label
 from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
@@ -179,3 +180,19 @@ def test_a_429_asking_for_a_day_waits_at_most_backoff_max_s_and_says_so(tmp_path
         r"\(the server's Retry-After asked for (86400|inf|8639\d(\.\d+)?) s; label\.backoff_max_s=0\.3 caps it\)",
         said.getMessage(),
     ), said.getMessage()
+
+
+# ---------------------------------------------------------------- 5: label.timeout_s bounds the whole request
+
+
+@pytest.mark.usefixtures("fixture_negatives")
+def test_a_reply_that_drips_forever_is_cut_at_timeout_s(tmp_path):
+    """Headers, then a byte every 0.2 s: each read is quick, so the client's read timeout never fired."""
+    write_fixture(tmp_path, [simple_latent(1), simple_latent(2)])
+    start = time.monotonic()
+    with FakeOpenAI(lambda body, index: Reply(content="{}", drip_s=0.2)) as server:
+        with pytest.raises(EndpointError, match=r"every label request failed \(2 of 2.*timed out: no answer within 1 s"):
+            run_label(llm_cfg(tmp_path, server, timeout_s=1, max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01))
+    assert time.monotonic() - start < 15  # 2 latents x 2 attempts of 1 s, at concurrency 4; the reply alone takes > 40 s
+    assert len(server.requests) == 4
+    assert all(r["label_source"] == "heuristic" and "timed out: no answer within 1 s" in r["label_reason"] for r in labels(tmp_path).values())

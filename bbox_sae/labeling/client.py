@@ -165,7 +165,10 @@ class Asker:
             # Checked with the slot held: requests waiting for a slot see the tokens of those before them.
             self._check_budget(kind)
             self.stats.requests += 1
-            response = await self.client.chat.completions.create(model=self.cfg.model, messages=messages, **extra)
+            # The client's timeout bounds each read; this bounds the whole reply (one that drips a
+            # byte a second never trips a read timeout).
+            async with asyncio.timeout(self.cfg.timeout_s):
+                response = await self.client.chat.completions.create(model=self.cfg.model, messages=messages, **extra)
         usage = getattr(response, "usage", None)
         if usage is not None:
             counts = _token_counts(usage)
