@@ -15,15 +15,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from test_labeling import NEGATIVES, labels, llm_cfg, simple_latent, smart, write_fixture
+from test_labeling_llm import is_label
 
 from bbox_sae.cli import main
 from bbox_sae.config.output_dir import SAVED_HEADER
 from bbox_sae.errors import EndpointError
 from bbox_sae.labeling import finding_statements, run_label
+from bbox_sae.labeling.messages import MAX_LABEL_CHARS
 from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
 from helpers.cli import assert_one_line_error, bbox
-from helpers.fake_openai import FakeOpenAI, Reply
+from helpers.fake_openai import FakeOpenAI, Reply, json_reply, user_text
 from helpers.project import SMALL_RUN, Project, make_project
 
 # A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
@@ -196,3 +198,26 @@ def test_a_reply_that_drips_forever_is_cut_at_timeout_s(tmp_path):
     assert time.monotonic() - start < 15  # 2 latents x 2 attempts of 1 s, at concurrency 4; the reply alone takes > 40 s
     assert len(server.requests) == 4
     assert all(r["label_source"] == "heuristic" and "timed out: no answer within 1 s" in r["label_reason"] for r in labels(tmp_path).values())
+
+
+# ---------------------------------------------------------------- 6: a label's length is bounded
+
+
+@pytest.mark.usefixtures("fixture_negatives")
+def test_a_megabyte_label_is_cut_and_says_so(tmp_path, caplog):
+    """A 30 MB description was taken as a label: a 54 MB report.html, minutes to print the summary."""
+    write_fixture(tmp_path, [simple_latent(1), simple_latent(2)])
+    huge = "words tagged ctx1 " * 60_000  # ~1 MB
+
+    def verbose(body, index):
+        return json_reply({"coherent": True, "description": huge}) if is_label(body) and "ctx1" in user_text(body) else smart(body, index)
+
+    with FakeOpenAI(verbose) as server, caplog.at_level(logging.WARNING):
+        result = run_label(llm_cfg(tmp_path, server))
+    rows = labels(tmp_path)
+    n = len(" ".join(huge.split()))
+    assert len(rows[1]["label"]) == MAX_LABEL_CHARS and rows[1]["label"].endswith("…") and rows[1]["label"].startswith("words tagged ctx1 words")
+    assert rows[1]["label_source"] == "llm:judge" and rows[1]["label_reason"] == f"llm:judge's label was {n:,} characters, cut to {MAX_LABEL_CHARS}"
+    assert rows[2]["label"] == "words tagged ctx2" and rows[2]["label_reason"] is None
+    assert result["labels_cut"] == 1 and any("cut to 300" in r.getMessage() for r in caplog.records)
+    assert max(len(user_text(b)) for b in server.requests) < 10_000  # the judge was asked about the cut label

@@ -37,6 +37,7 @@ class Stats:
     malformed_usage: int = 0  # replies whose token counts were not counts (ignored; their labels stand)
     labels_answered: int = 0  # latents whose label request got an answer (from the cache too)
     labels_failed: int = 0  # latents whose label request failed (not for the budget): their offline label is kept
+    labels_cut: int = 0  # LLM labels longer than messages.MAX_LABEL_CHARS, cut to it (their label_reason says so)
     label_errors: dict[str, int] = field(default_factory=dict)  # why those failed -> how many
 
     @property

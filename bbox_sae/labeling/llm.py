@@ -19,7 +19,15 @@ from bbox_sae.config import LabelConfig
 from bbox_sae.errors import printable
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
 from bbox_sae.labeling.heuristic import heuristic_label
-from bbox_sae.labeling.messages import detection_messages, fuzz_messages, label_messages, parse_detection_reply, parse_fuzz_reply, parse_label_reply
+from bbox_sae.labeling.messages import (
+    MAX_LABEL_CHARS,
+    detection_messages,
+    fuzz_messages,
+    label_messages,
+    parse_detection_reply,
+    parse_fuzz_reply,
+    parse_label_reply,
+)
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
@@ -35,10 +43,10 @@ async def _judge(asker: Asker, kind: str, messages: list[dict], examples: Sequen
     return detection_scores(truth, [i in picked for i in range(1, len(examples) + 1)])
 
 
-async def _scored(asker: Asker, feature: FeatureExamples, description: str, coherent: bool, seed: int) -> LabelResult:
+async def _scored(asker: Asker, feature: FeatureExamples, description: str, coherent: bool, seed: int, note: str | None = None) -> LabelResult:
     """The description judged by detection, then by fuzzing; a judgement whose request failed ends
-    the scoring with its reason."""
-    result = LabelResult(description, f"llm:{asker.cfg.model}", coherent=coherent)
+    the scoring with its reason (else the reason is `note`)."""
+    result = LabelResult(description, f"llm:{asker.cfg.model}", reason=note, coherent=coherent)
     examples, truth = validation_set(feature, seed)
     fuzzed, correct = fuzz_set(feature, asker.cfg.fuzz_examples, seed)
     judgements = [("detect", detection_messages, examples, truth, "validated", "validation"), ("fuzz", fuzz_messages, fuzzed, correct, "fuzzed", "fuzzing")]
@@ -80,8 +88,15 @@ async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int, offl
         log.info("latent %d: llm:%s gave no label (%s); the offline one is kept", feature.latent, asker.cfg.model, err)
         # The offline label keeps its own source (`rule` / `heuristic`), so tables show which labeler said it.
         return replace(offline, reason=f"llm:{asker.cfg.model} gave no label, the offline one is kept: {err}")
-    asker.stats.labels_answered += 1
-    llm = await _scored(asker, feature, answer.description, answer.coherent, seed)
+    stats = asker.stats
+    stats.labels_answered += 1
+    note = None
+    if answer.cut_from is not None:
+        stats.labels_cut += 1
+        note = f"llm:{asker.cfg.model}'s label was {answer.cut_from:,} characters, cut to {MAX_LABEL_CHARS}"
+        if stats.labels_cut == 1:
+            log.warning("%s (latent %d; labels.json: labels_cut counts them)", note, feature.latent)
+    llm = await _scored(asker, feature, answer.description, answer.coherent, seed, note)
     return llm if llm.reason else _better(llm, offline)
 
 
