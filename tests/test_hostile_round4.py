@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from test_labeling import NEGATIVES, labels, llm_cfg, simple_latent, smart, write_fixture
+from test_labeling import NEGATIVES, is_detection, labels, llm_cfg, simple_latent, smart, write_fixture
 from test_labeling_llm import is_label
 
 from bbox_sae.cli import main
@@ -221,3 +221,21 @@ def test_a_megabyte_label_is_cut_and_says_so(tmp_path, caplog):
     assert rows[2]["label"] == "words tagged ctx2" and rows[2]["label_reason"] is None
     assert result["labels_cut"] == 1 and any("cut to 300" in r.getMessage() for r in caplog.records)
     assert max(len(user_text(b)) for b in server.requests) < 10_000  # the judge was asked about the cut label
+
+
+# ---------------------------------------------------------------- 7: an unvalidated statement never replaces a validated one
+
+
+@pytest.mark.usefixtures("fixture_negatives")
+def test_a_label_whose_judge_replies_are_malformed_does_not_replace_the_validated_offline_one(tmp_path):
+    write_fixture(tmp_path, [simple_latent(1)])
+
+    def garbled_judge(body, index):
+        return Reply(content="the examples 1 and 2, I think") if is_detection(body) else smart(body, index)
+
+    with FakeOpenAI(garbled_judge) as server:
+        run_label(llm_cfg(tmp_path, server, max_retries=1))
+    row = labels(tmp_path)[1]
+    assert row["label_source"] == "heuristic" and row["label"].startswith("'alpha'") and row["label_score"] is not None
+    assert row["label_reason"].startswith("llm:judge's label was not validated (validation failed: detect request failed after 2 attempt(s): reply is not JSON")
+    assert row["label_reason"].endswith("the offline one is kept: words tagged ctx1")

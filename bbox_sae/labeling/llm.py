@@ -97,7 +97,12 @@ async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int, offl
         if stats.labels_cut == 1:
             log.warning("%s (latent %d; labels.json: labels_cut counts them)", note, feature.latent)
     llm = await _scored(asker, feature, answer.description, answer.coherent, seed, note)
-    return llm if llm.reason else _better(llm, offline)
+    if llm.score is None and offline.score is not None:
+        # Its judge's replies failed or were malformed: a statement nobody checked never
+        # replaces one that was.
+        why = llm.reason or "no held-out examples to judge it on"
+        return replace(offline, reason=f"{llm.source}'s label was not validated ({why}), the offline one is kept: {llm.label}")
+    return _better(llm, offline)
 
 
 async def label_with_llm(
