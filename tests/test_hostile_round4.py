@@ -21,6 +21,7 @@ from bbox_sae.cli import main
 from bbox_sae.config.output_dir import SAVED_HEADER
 from bbox_sae.errors import EndpointError
 from bbox_sae.labeling import finding_statements, run_label
+from bbox_sae.labeling.client import estimate_tokens
 from bbox_sae.labeling.messages import MAX_LABEL_CHARS
 from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
@@ -239,3 +240,42 @@ def test_a_label_whose_judge_replies_are_malformed_does_not_replace_the_validate
     assert row["label_source"] == "heuristic" and row["label"].startswith("'alpha'") and row["label_score"] is not None
     assert row["label_reason"].startswith("llm:judge's label was not validated (validation failed: detect request failed after 2 attempt(s): reply is not JSON")
     assert row["label_reason"].endswith("the offline one is kept: words tagged ctx1")
+
+
+# ---------------------------------------------------------------- 8: token budgets hold without usage, and with requests in flight
+
+
+@pytest.mark.usefixtures("fixture_negatives")
+def test_replies_without_usage_are_charged_their_estimate(tmp_path, caplog):
+    """No `usage` in the replies: label.max_tokens_total=50 was never reached (27 requests, 0 tokens)."""
+    write_fixture(tmp_path, [simple_latent(k) for k in (1, 2, 3)])
+
+    def no_usage(body, index):
+        reply = smart(body, index)
+        reply.omit_usage = True
+        return reply
+
+    with FakeOpenAI(no_usage) as server, caplog.at_level(logging.WARNING):
+        result = run_label(llm_cfg(tmp_path, server, concurrency=1, max_tokens_total=50))
+    assert len(server.requests) == 1 and result["requests"] == 1  # the first costs more than 50 by its estimate
+    assert result["estimated_tokens"] == estimate_tokens(server.requests[0]["messages"]) > 50 and result["prompt_tokens"] == 0
+    assert result["missing_usage"] == 1 and result["budget_exhausted"] is True and result["budget_refused"] == 3
+    assert len([r for r in caplog.records if "has no usage" in r.getMessage()]) == 1
+
+
+@pytest.mark.usefixtures("fixture_negatives")
+def test_requests_in_flight_count_against_the_budget(tmp_path):
+    """label.concurrency=4 and a budget of 250: four requests went out at once, 550 tokens."""
+    write_fixture(tmp_path, [simple_latent(k) for k in (1, 2, 3, 4)])
+
+    def slow_and_costly(body, index):
+        reply = smart(body, index)
+        reply.delay_s, reply.prompt_tokens, reply.completion_tokens = 0.3, 100, 50
+        return reply
+
+    with FakeOpenAI(slow_and_costly) as server:
+        result = run_label(llm_cfg(tmp_path, server, concurrency=4, max_tokens_total=250))
+    assert estimate_tokens(server.requests[0]["messages"]) > 250  # one in flight reserves the whole budget
+    # One at a time, while the budget lasts: the second is sent at 150 of 250, nothing after it at 300.
+    assert server.max_in_flight == 1 and len(server.requests) == 2
+    assert result["prompt_tokens"] + result["completion_tokens"] == 300 and result["budget_exhausted"] is True

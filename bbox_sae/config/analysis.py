@@ -130,7 +130,10 @@ class LabelConfig(Section):
         default=10, ge=0, description="holdout positives for fuzzing scoring, half with the mark moved to a wrong word; 0: no fuzzing"
     )
     max_tokens_total: Key[int | None] = Field(
-        default=None, ge=1, description="LLM labeler: send no request once this many prompt + completion tokens are spent"
+        default=None,
+        ge=1,
+        description="LLM labeler: send no request once this many prompt + completion tokens are spent, counting requests in flight "
+        "at their estimate (prompt bytes / 3 + 100) and replies without token counts at theirs",
     )
     only_kept: Key[bool] = True
     json_mode: Key[bool] = True
