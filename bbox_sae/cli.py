@@ -111,10 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load(args):
     from bbox_sae.config import check_saved_config, load_config
+    from bbox_sae.config.feasibility import check_memory
 
     cfg = load_config(args.config, args.overrides, args.output_dir)
     # Before any command takes the lock or writes: every command saves its config there.
     check_saved_config(cfg)
+    check_memory(cfg, trains=args.command in ("run", "train", "eval"), extracts=args.command in ("run", "features", "eval"))
     if cfg.threads:
         import torch
 

@@ -279,3 +279,34 @@ def test_requests_in_flight_count_against_the_budget(tmp_path):
     # One at a time, while the budget lasts: the second is sent at 150 of 250, nothing after it at 300.
     assert server.max_in_flight == 1 and len(server.requests) == 2
     assert result["prompt_tokens"] + result["completion_tokens"] == 300 and result["budget_exhausted"] is True
+
+
+# ---------------------------------------------------------------- 14: numbers no machine holds, refused before any stage runs
+
+
+@pytest.mark.parametrize(
+    "setting, needles",
+    [
+        ("seed=-1", ["'seed'", "greater than or equal to 0"]),
+        ("seed=4294967296", ["'seed'", "less than 4294967296"]),
+        (f"sae.seed={2**64 + 1}", ["'sae.seed'", "less than 4294967296"]),
+        ("threads=100000", ["'threads'", "less than or equal to 1024"]),
+        ("build.prob_powers=[1, 1]", ["'build.prob_powers'", "repeats [1.0]: each power is one column per model; list it once"]),
+        ("sae.d_sae=1000000000", ["sae.d_sae 1,000,000,000 with sae.batch_size 8: training this SAE needs at least", "lower sae.d_sae or sae.batch_size"]),
+        ("features.bootstrap_samples=2000000000", ["features.bootstrap_samples 2,000,000,000: the bootstrap needs up to", "this machine has"]),
+    ],
+)
+def test_numbers_no_machine_holds_are_refused_before_any_stage_runs(project, capsys, setting, needles):
+    """They ended in tracebacks in features, train or k-means, an exhausted address space, a
+    112 GB allocation after four stages, or (powers [1, 1]) silently double weight."""
+    before = digests(project.root)
+    assert_one_line_error(*bbox(capsys, "run", "-c", str(project.config), "--set", setting), *needles)
+    assert digests(project.root) == before and not project.out.exists()
+
+
+def test_an_sae_no_machine_holds_is_refused_by_train_and_sweep_too(project, capsys):
+    assert_one_line_error(*bbox(capsys, "train", "-c", str(project.config), "--set", "sae.d_sae=1000000000"), "training this SAE needs at least")
+    sweep = project.root / "sweep.yaml"
+    sweep.write_text(f"base: {project.config}\nsae:\n  d_sae: [16, 1000000000]\n")
+    assert_one_line_error(*bbox(capsys, "sweep", "-c", str(sweep)), "sae.d_sae 1,000,000,000", "training this SAE needs at least")
+    assert not project.out.exists()

@@ -27,6 +27,15 @@ class BuildConfig(Section):
     )
     chunk_rows: Operational[int] = Field(default=65536, ge=1, description="rows held in memory at once")
 
+    @field_validator("prob_powers")
+    @classmethod
+    def _powers_once(cls, powers: list[float]) -> list[float]:
+        repeated = sorted({p for p in powers if powers.count(p) > 1})
+        if repeated:
+            # The same column twice would silently weigh that power double.
+            raise ValueError(f"repeats {repeated}: each power is one column per model; list it once")
+        return powers
+
 
 class SAEConfig(Section):
     architecture: Key[Literal["topk", "batchtopk"]] = "batchtopk"
@@ -46,7 +55,7 @@ class SAEConfig(Section):
     )
     dead_feature_window: Key[int] = Field(default=1000, ge=1, description="steps without firing before a latent counts as dead")
     decoder_init_norm: Key[float] = Field(default=0.1, gt=0)
-    seed: Key[int] = 0
+    seed: Key[int] = Field(default=0, ge=0, lt=2**32, description="torch and numpy take seeds 0 .. 2**32-1")
     dtype: Key[Literal["float32", "bfloat16"]] = "float32"
     device: Operational[str] = "auto"
     checkpoint_every: Operational[int] = Field(default=500, ge=1, description="steps between resumable checkpoints")
