@@ -159,6 +159,10 @@ def dispatch(args) -> int:
         return _single_command(cmd, cfg, args)
     from bbox_sae.pipeline import run_lock
 
+    if cmd == "eval" and args.what == "planted":
+        from bbox_sae.evaluation.planting import load_rules, planted_rules_path
+
+        load_rules(planted_rules_path(cfg, args.rules))  # a bad rules file is refused before the output dir is made
     with run_lock(ensure_output_dir(cfg)):
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
         # `eval planted` saves its own config (model B read from its planted file) once it has

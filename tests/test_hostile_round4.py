@@ -310,3 +310,31 @@ def test_an_sae_no_machine_holds_is_refused_by_train_and_sweep_too(project, caps
     sweep.write_text(f"base: {project.config}\nsae:\n  d_sae: [16, 1000000000]\n")
     assert_one_line_error(*bbox(capsys, "sweep", "-c", str(sweep)), "sae.d_sae 1,000,000,000", "training this SAE needs at least")
     assert not project.out.exists()
+
+
+# ---------------------------------------------------------------- 15: planted-rule files
+
+
+@pytest.mark.parametrize(
+    "rules, needles",
+    [
+        ("noise_std: abc\nrules:\n  - {name: the, word: '^the$', delta: -2}\n", ["'noise_std': expected a finite number, got 'abc'"]),
+        ("seed: x\nrules:\n  - {name: the, word: '^the$', delta: -2}\n", ["'seed': expected a whole number 0 .. 2**32-1, got 'x'"]),
+        ("rules:\n  - {name: the, word: '^the$', delta: abc}\n", ["rules[0]: 'delta': expected a finite number, got 'abc'"]),
+        ("rules:\n  - {name: the, word: '^the$', delta: .nan}\n", ["rules[0]: 'delta': expected a finite number, got nan"]),
+        ("rules: []\n", ["`rules` is empty"]),
+        ("rules:\n  - the\n", ["rules[0]: expected a mapping"]),
+        ("rules:\n  - {name: the, delta: -2}\n", ["rules[0]: rule 'the' names no `word`, `prev` or `left` pattern"]),
+        ("rules:\n  - {name: the, word: 3, delta: -2}\n", ["rules[0]: 'word': expected a string, got 3"]),
+        ("rules:\n  - {name: a, word: x, delta: 1}\n  - {name: a, word: y, delta: 1}\n", ["rule name(s) ['a'] given twice"]),
+    ],
+)
+def test_bad_planted_rule_files_are_one_line_before_anything_runs(project, capsys, rules, needles):
+    """Tracebacks; `rules: []` ran the whole pipeline for 17 s into a StopIteration; `delta: .nan`
+    made every planted log-prob NaN and was reported as a build error about embeddings."""
+    path = project.root / "rules.yaml"
+    path.write_text(rules)
+    before = digests(project.root)
+    args = ["eval", "planted", "-c", str(project.config), "-o", str(project.root / "eval"), "--rules", str(path), "--null-seeds", "0"]
+    assert_one_line_error(*bbox(capsys, *args), f"{path}: ", *needles)
+    assert digests(project.root) == before and not (project.root / "eval").exists()
