@@ -338,3 +338,20 @@ def test_bad_planted_rule_files_are_one_line_before_anything_runs(project, capsy
     args = ["eval", "planted", "-c", str(project.config), "-o", str(project.root / "eval"), "--rules", str(path), "--null-seeds", "0"]
     assert_one_line_error(*bbox(capsys, *args), f"{path}: ", *needles)
     assert digests(project.root) == before and not (project.root / "eval").exists()
+
+
+# ---------------------------------------------------------------- 17: reserved names
+
+
+@pytest.mark.parametrize(
+    "key, name, needle",
+    [
+        ("models.1.name", "stats-0of1.json", "model name 'stats-0of1.json' is reserved: logprobs/ holds a file of that name"),
+        ("sae.run_name", "sweep_summary.csv", "run_name 'sweep_summary.csv' is reserved: sae/ holds a file of that name"),
+        ("sae.run_name", "sweep_summary.png", "run_name 'sweep_summary.png' is reserved"),
+    ],
+)
+def test_names_the_layout_gives_its_own_files_are_refused(project, capsys, key, name, needle):
+    """A model so named wrote its shards into logprobs/stats-0of1.json/; such a run trained for 33 s, then failed."""
+    assert_one_line_error(*bbox(capsys, "run", "-c", str(project.config), "--set", f"{key}={name}"), f"'{key}'", needle)
+    assert not project.out.exists()

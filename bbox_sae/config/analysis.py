@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bbox_sae.config.keys import Key, Operational
 from bbox_sae.config.section import Section, path_component
+from bbox_sae.layout import beside_sae_runs
 
 
 class BuildConfig(Section):
@@ -64,7 +65,13 @@ class SAEConfig(Section):
     @field_validator("run_name")
     @classmethod
     def _run_name_is_a_folder(cls, value: str | None) -> str | None:
-        return value if value is None else path_component(value, "run_name")
+        if value is None:
+            return value
+        value = path_component(value, "run_name")
+        if beside_sae_runs(value):
+            # Training would run to the end, then fail writing its weights into that file's place.
+            raise ValueError(f"run_name {value!r} is reserved: sae/ holds a file of that name (bbox sweep's summary)")
+        return value
 
     @model_validator(mode="after")
     def _check_k(self) -> SAEConfig:

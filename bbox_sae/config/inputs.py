@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bbox_sae.config.keys import Key, Name, Operational, key_when
 from bbox_sae.config.section import Section, not_empty, path_component
+from bbox_sae.layout import beside_models
 
 
 class CorpusConfig(Section):
@@ -96,7 +97,11 @@ class ModelConfig(Section):
     @field_validator("name")
     @classmethod
     def _name_is_a_folder(cls, value: str) -> str:
-        return path_component(value, "model name")
+        value = path_component(value, "model name")
+        if beside_models(value):
+            # It would write its shards into the file the score stage keeps its statistics in.
+            raise ValueError(f"model name {value!r} is reserved: logprobs/ holds a file of that name")
+        return value
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:
