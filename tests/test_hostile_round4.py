@@ -5,8 +5,10 @@ one line naming the file or field) and what is kept on disk (inputs hashed befor
 from __future__ import annotations
 
 import email.utils
+import errno
 import hashlib
 import logging
+import os
 import re
 import shutil
 import time
@@ -355,3 +357,26 @@ def test_names_the_layout_gives_its_own_files_are_refused(project, capsys, key, 
     """A model so named wrote its shards into logprobs/stats-0of1.json/; such a run trained for 33 s, then failed."""
     assert_one_line_error(*bbox(capsys, "run", "-c", str(project.config), "--set", f"{key}={name}"), f"'{key}'", needle)
     assert not project.out.exists()
+
+
+# ---------------------------------------------------------------- 18: messages that mislead
+
+
+def test_a_read_only_output_dir_names_the_file_not_a_temp_name(project, capsys, monkeypatch):
+    """It said `.config.yaml.0lcxo8e0.tmp: Read-only file system`."""
+    import tempfile
+
+    def read_only(prefix="", suffix="", dir=None, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", os.path.join(dir, f"{prefix}0lcxo8e0{suffix}"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    line = assert_one_line_error(*bbox(capsys, "run", "-c", str(project.config)), f"{project.paths.config}: Read-only file system")
+    assert ".tmp" not in line
+
+
+def test_a_repeated_sweep_value_is_named_as_such(project, capsys):
+    """`d_sae: [16, 16]` was refused with "drop sae.run_name", although none was set."""
+    sweep = project.root / "sweep.yaml"
+    sweep.write_text(f"base: {project.config}\nsae:\n  d_sae: [16, 16]\n")
+    line = assert_one_line_error(*bbox(capsys, "sweep", "-c", str(sweep)), f"{sweep}: 'sae.d_sae': 16 is listed twice; each value is one run, list it once")
+    assert "run_name" not in line and not project.out.exists()

@@ -104,6 +104,10 @@ def read_sweep(path: str | Path, overrides: list[str], output_dir: str | None) -
     empty = [k for k, v in axes.items() if not v]
     if empty:
         raise ConfigError(f"{path}: 'sae.{empty[0]}': an empty list gives no runs; give at least one value")
+    for key, values in axes.items():
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise ConfigError(f"{path}: 'sae.{key}': {repeated[0]!r} is listed twice; each value is one run, list it once")
     configs = []
     for values in itertools.product(*axes.values()) if axes else [()]:
         run = {**raw, "sae": {**(raw.get("sae") or {}), **dict(zip(axes, values))}}
@@ -111,8 +115,10 @@ def read_sweep(path: str | Path, overrides: list[str], output_dir: str | None) -
             run["sae"]["run_name"] = "-".join(f"{k}{v}" for k, v in zip(axes, values))
         configs.append(config_from_dict(run, source=str(path)))
     names = [c.sae.resolved_run_name() for c in configs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: sweep runs share a run_name; drop sae.run_name so each run gets its own")
+    shared = sorted({n for n in names if names.count(n) > 1})
+    if shared:
+        fix = "drop sae.run_name so each run gets its own" if (raw.get("sae") or {}).get("run_name") is not None else "give the axes values that differ"
+        raise ConfigError(f"{path}: sweep runs share a run_name ({shared[0]}); {fix}")
     return Sweep(path, base, configs, axes, _fixed_settings(base_raw, raw, output_dir), features)
 
 
