@@ -155,6 +155,7 @@ def dispatch(args) -> int:
         return 0
     if cmd == "score" or getattr(args, "shard", None):
         # Shard workers (`--shard i/n`, a Slurm array) share one output dir, so they take no lock.
+        _refuse_early(cmd, cfg, args)
         save_resolved(cfg)
         return _single_command(cmd, cfg, args)
     from bbox_sae.pipeline import run_lock
@@ -167,9 +168,30 @@ def dispatch(args) -> int:
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
         # `eval planted` saves its own config (model B read from its planted file) once it has
         # checked that the output dir is not a run of the user's own.
+        _refuse_early(cmd, cfg, args)
         if not (cmd == "eval" and args.what == "planted"):
             save_resolved(cfg)
         return _single_command(cmd, cfg, args)
+
+
+def _refuse_early(cmd: str, cfg, args) -> None:
+    """What a command would refuse for, checked before it writes anything, its config included: a
+    refused `bbox embed --shard 5/2` had withdrawn the embed record, a refused `bbox report` had
+    rewritten config.yaml, `bbox eval ablation` on tables another config made had rewritten
+    ablation-w0/ and baselines/ first, and `bbox eval coherence` reported on them as this config's."""
+    from bbox_sae.stages import BY_NAME, require_current_inputs
+
+    if getattr(args, "shard", None) is not None:
+        from bbox_sae.scoring.stage import parse_shard
+
+        parse_shard(args.shard)
+    for name in getattr(args, "model", None) or []:
+        cfg.model(name)
+    if cmd in STAGE_NAMES and cmd != "score":  # `bbox score` ingests first
+        require_current_inputs(BY_NAME[cmd], cfg)
+    if cmd == "eval" and args.what in ("ablation", "coherence"):
+        # Both read the run's features and labels as this config's.
+        require_current_inputs(BY_NAME["report"], cfg, reader=f"eval {args.what}")
 
 
 def _single_command(cmd: str, cfg, args) -> int:

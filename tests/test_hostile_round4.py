@@ -380,3 +380,43 @@ def test_a_repeated_sweep_value_is_named_as_such(project, capsys):
     sweep.write_text(f"base: {project.config}\nsae:\n  d_sae: [16, 16]\n")
     line = assert_one_line_error(*bbox(capsys, "sweep", "-c", str(sweep)), f"{sweep}: 'sae.d_sae': 16 is listed twice; each value is one run, list it once")
     assert "run_name" not in line and not project.out.exists()
+
+
+# ---------------------------------------------------------------- 9, 10: refused before changing anything; no stale tables read as current
+
+
+@pytest.fixture(scope="module")
+def finished(through_features, tmp_path_factory) -> RunLayout:
+    """`through_features` run to the end (offline labels, report)."""
+    out = copy_of(through_features, tmp_path_factory.mktemp("finished"))
+    assert main(["run", "-c", str(through_features.config), "-o", str(out.root)]) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "command, extra, needles",
+    [
+        (["embed"], ["--shard", "5/2"], ["--shard '5/2': need 0 <= i < n"]),
+        (["score"], ["--model", "nope"], ["unknown model 'nope'"]),
+        (["report"], ["--set", "features.top_n=3"], ["'report' reads", "from stage 'features', which"]),
+        (["eval", "ablation"], ["--set", "features.top_n=3"], ["'eval ablation' reads", "from stage 'features', which"]),
+        (["eval", "coherence"], ["--set", "features.top_n=3"], ["'eval coherence' reads", "from stage 'features', which"]),
+    ],
+)
+def test_a_refused_command_changes_nothing_in_the_run(finished, through_features, tmp_path, capsys, command, extra, needles):
+    """Item 9: `embed --shard 5/2` withdrew the embed record first (then `bbox build` refused too), a
+    refused `report` rewrote config.yaml, `eval ablation` rewrote ablation-w0/ and baselines/ for
+    19 s before refusing. Item 10: `eval coherence` reported on features made with another top_n."""
+    out = RunLayout(tmp_path / "out")
+    shutil.copytree(finished.root, out.root)
+    before = digests(out.root)
+    assert_one_line_error(*bbox(capsys, *command, "-c", str(through_features.config), "-o", str(out.root), *extra), *needles)
+    assert digests(out.root) == before
+    assert not out.ablation_w0.root.exists() and not out.baseline("random").root.exists()
+
+
+def test_eval_coherence_on_a_current_run_still_reports(finished, through_features, tmp_path, capsys):
+    out = RunLayout(tmp_path / "out")
+    shutil.copytree(finished.root, out.root)
+    code, err = bbox(capsys, "eval", "coherence", "-c", str(through_features.config), "-o", str(out.root))
+    assert code == 0, err
