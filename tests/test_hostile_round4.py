@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
@@ -420,3 +421,51 @@ def test_eval_coherence_on_a_current_run_still_reports(finished, through_feature
     shutil.copytree(finished.root, out.root)
     code, err = bbox(capsys, "eval", "coherence", "-c", str(through_features.config), "-o", str(out.root))
     assert code == 0, err
+
+
+# ---------------------------------------------------------------- 16: a damaged checkpoint is not resumed from
+
+
+class _TouchOnLoad:
+    """A pickle that, loaded with full unpickling, would create a file: code in a checkpoint."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "malicious pickle"])
+def test_a_damaged_newest_checkpoint_is_retrained_from_scratch_with_a_warning(project, capsys, monkeypatch, caplog, damage):
+    """A truncated trainer_state.pt wedged the run (torch traceback in `bbox train --resume` and every
+    later `bbox run`, until the user removed checkpoints/); a malicious pickle was refused as an
+    UnpicklingError traceback."""
+    import torch
+
+    from bbox_sae.errors import ArtifactError
+    from bbox_sae.layout import checkpoint_complete
+
+    assert bbox(capsys, "run", "-c", str(project.config), "--until", "build")[0] == 0
+
+    def disk_full(*args, **kwargs):
+        raise ArtifactError("sae_weights.safetensors: cannot write the trained SAE: no space left on device")
+
+    with monkeypatch.context() as m:  # training ends, its checkpoints stay
+        m.setattr("bbox_sae.train.sae.save_inference_model", disk_full)
+        assert bbox(capsys, "train", "-c", str(project.config))[0] == 2
+    sae_paths = project.load().sae_paths
+    (newest,) = [p for p in sae_paths.checkpoints.iterdir() if checkpoint_complete(p).exists()]
+    state = newest / "trainer_state.pt"
+    marker = project.root / "pwned"
+    if damage == "truncated":
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    else:
+        torch.save(_TouchOnLoad(marker), state)
+    with caplog.at_level(logging.WARNING):
+        code, err = bbox(capsys, "train", "-c", str(project.config), "--resume")
+    assert code == 0, err
+    (said,) = [r.getMessage() for r in caplog.records if "cannot be resumed from" in r.getMessage()]
+    assert f"checkpoint {newest} cannot be resumed from" in said and said.endswith("; training afresh")
+    assert json.loads(sae_paths.metrics.read_text())["resumed_from_step"] is None and not marker.exists()
+    assert bbox(capsys, "run", "-c", str(project.config))[0] == 0  # and the run goes on
