@@ -21,6 +21,7 @@ from test_labeling import NEGATIVES, is_detection, labels, llm_cfg, simple_laten
 from test_labeling_llm import is_label
 
 from bbox_sae.cli import main
+from bbox_sae.config import load_config
 from bbox_sae.config.output_dir import SAVED_HEADER
 from bbox_sae.errors import EndpointError
 from bbox_sae.labeling import finding_statements, run_label
@@ -469,3 +470,22 @@ def test_a_damaged_newest_checkpoint_is_retrained_from_scratch_with_a_warning(pr
     assert f"checkpoint {newest} cannot be resumed from" in said and said.endswith("; training afresh")
     assert json.loads(sae_paths.metrics.read_text())["resumed_from_step"] is None and not marker.exists()
     assert bbox(capsys, "run", "-c", str(project.config))[0] == 0  # and the run goes on
+
+
+# ---------------------------------------------------------------- 12: a sweep's run is named by everything that makes it
+
+
+def test_a_second_sweep_with_other_fixed_settings_keeps_the_first_ones_runs(finished, through_features, tmp_path, capsys):
+    """Same axes, another lr: it retrained `sae/d_sae8-k2` over the first sweep's run."""
+    out = RunLayout(tmp_path / "out")
+    shutil.copytree(finished.root, out.root)
+    trained = {}
+    for lr in ("0.01", "0.02"):
+        sweep = tmp_path / f"sweep-{lr}.yaml"
+        sweep.write_text(f"base: {through_features.config}\nsae:\n  d_sae: [8]\n  k: [2]\n  lr: {lr}\n")
+        code, err = bbox(capsys, "sweep", "-c", str(sweep), "-o", str(out.root))
+        assert code == 0, err
+        run = out.sae_run(f"d_sae8-k2-lr{lr}")
+        trained[lr] = hashlib.sha256(run.weights.read_bytes()).hexdigest()
+    assert hashlib.sha256(out.sae_run("d_sae8-k2-lr0.01").weights.read_bytes()).hexdigest() == trained["0.01"]  # kept as it was
+    assert load_config(out.sae_run("d_sae8-k2-lr0.02").run_config).sae.lr == 0.02
