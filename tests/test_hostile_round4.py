@@ -489,3 +489,30 @@ def test_a_second_sweep_with_other_fixed_settings_keeps_the_first_ones_runs(fini
         trained[lr] = hashlib.sha256(run.weights.read_bytes()).hexdigest()
     assert hashlib.sha256(out.sae_run("d_sae8-k2-lr0.01").weights.read_bytes()).hexdigest() == trained["0.01"]  # kept as it was
     assert load_config(out.sae_run("d_sae8-k2-lr0.02").run_config).sae.lr == 0.02
+
+
+# ---------------------------------------------------------------- 11: statements of earlier findings are not read as current
+
+
+def test_finding_statements_of_earlier_findings_are_not_read_as_the_current_ones(finished, tmp_path):
+    """After `bbox features` re-ran with new findings, finding_labels.parquet of the earlier ones was
+    read as theirs (same finding numbers, other findings)."""
+    import pyarrow as pa
+    from test_report import FINDINGS
+
+    from bbox_sae.artifacts import sha256_file
+    from bbox_sae.features import FINDING_SCHEMA
+    from bbox_sae.labeling.finding_statements import FINDING_LABEL_SCHEMA, labeled_findings
+
+    assert json.loads(finished.label_stats.read_text())["findings_sha256"] == sha256_file(finished.findings)  # the label stage records it
+    run = RunLayout(tmp_path)
+    pq.write_table(pa.Table.from_pylist(FINDINGS, schema=FINDING_SCHEMA), run.findings)
+    said = [{"finding": f["finding"], "statement": f"said of finding {f['finding']}", "statement_source": "llm:m"} for f in FINDINGS]
+    pq.write_table(pa.Table.from_pylist(said, schema=FINDING_LABEL_SCHEMA), run.finding_labels)
+    run.label_stats.parent.mkdir(parents=True)
+    run.label_stats.write_text(json.dumps({"findings_sha256": sha256_file(run.findings)}))
+    assert [f["statement"] for f in labeled_findings(run)] == ["said of finding 0", "said of finding 1"]
+    # The features stage re-ran: other findings under the same numbers.
+    pq.write_table(pa.Table.from_pylist([{**f, "statement": f"new {f['finding']}"} for f in FINDINGS], schema=FINDING_SCHEMA), run.findings)
+    rows = labeled_findings(run)
+    assert [f["statement"] for f in rows] == ["new 0", "new 1"] and [f["statement_source"] for f in rows] == ["rule", "word set"]
