@@ -53,7 +53,11 @@ def naming_os_errors(path: str | Path) -> Iterator[None]:
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        # Named after the file being written, not the random temp name (a read-only output dir).
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

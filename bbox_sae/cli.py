@@ -9,7 +9,7 @@ import os
 import sys
 
 from bbox_sae import __version__
-from bbox_sae.errors import BBoxError
+from bbox_sae.errors import BBoxError, printable
 from bbox_sae.stages import STAGE_NAMES, STAGES
 
 
@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.print_usage(sys.stderr)
         command = self.prog.removeprefix("bbox").strip()
-        self.exit(2, f"bbox: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
+        self.exit(2, printable(f"bbox: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)") + "\n")
 
 
 def _global(p: argparse.ArgumentParser, top: bool) -> None:
@@ -110,9 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from bbox_sae.config import load_config
+    from bbox_sae.config import check_saved_config, load_config
+    from bbox_sae.config.feasibility import check_memory
 
     cfg = load_config(args.config, args.overrides, args.output_dir)
+    # Before any command takes the lock or writes: every command saves its config there.
+    check_saved_config(cfg)
+    check_memory(cfg, trains=args.command in ("run", "train", "eval"), extracts=args.command in ("run", "features", "eval"))
     if cfg.threads:
         import torch
 
@@ -151,17 +155,43 @@ def dispatch(args) -> int:
         return 0
     if cmd == "score" or getattr(args, "shard", None):
         # Shard workers (`--shard i/n`, a Slurm array) share one output dir, so they take no lock.
+        _refuse_early(cmd, cfg, args)
         save_resolved(cfg)
         return _single_command(cmd, cfg, args)
     from bbox_sae.pipeline import run_lock
 
+    if cmd == "eval" and args.what == "planted":
+        from bbox_sae.evaluation.planting import load_rules, planted_rules_path
+
+        load_rules(planted_rules_path(cfg, args.rules))  # a bad rules file is refused before the output dir is made
     with run_lock(ensure_output_dir(cfg)):
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
         # `eval planted` saves its own config (model B read from its planted file) once it has
         # checked that the output dir is not a run of the user's own.
+        _refuse_early(cmd, cfg, args)
         if not (cmd == "eval" and args.what == "planted"):
             save_resolved(cfg)
         return _single_command(cmd, cfg, args)
+
+
+def _refuse_early(cmd: str, cfg, args) -> None:
+    """What a command would refuse for, checked before it writes anything, its config included: a
+    refused `bbox embed --shard 5/2` had withdrawn the embed record, a refused `bbox report` had
+    rewritten config.yaml, `bbox eval ablation` on tables another config made had rewritten
+    ablation-w0/ and baselines/ first, and `bbox eval coherence` reported on them as this config's."""
+    from bbox_sae.stages import BY_NAME, require_current_inputs
+
+    if getattr(args, "shard", None) is not None:
+        from bbox_sae.scoring.stage import parse_shard
+
+        parse_shard(args.shard)
+    for name in getattr(args, "model", None) or []:
+        cfg.model(name)
+    if cmd in STAGE_NAMES and cmd != "score":  # `bbox score` ingests first
+        require_current_inputs(BY_NAME[cmd], cfg)
+    if cmd == "eval" and args.what in ("ablation", "coherence"):
+        # Both read the run's features and labels as this config's.
+        require_current_inputs(BY_NAME["report"], cfg, reader=f"eval {args.what}")
 
 
 def _single_command(cmd: str, cfg, args) -> int:
@@ -203,10 +233,19 @@ def _os_error_line(err: OSError) -> str:
     return f"{where}: {err.strerror or err}"
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines quote labels, corpus words and a server's replies: no terminal escapes get through."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), keep="\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     try:
         return dispatch(args)
     except BBoxError as err:

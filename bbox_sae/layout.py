@@ -7,6 +7,7 @@ table is one edit here plus one line in `docs/artifacts.md` (a test checks they 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,16 @@ class SaeRunLayout:
 def checkpoint_complete(checkpoint: Path) -> Path:
     """Marker written into a checkpoint folder once all its files are; resume ignores folders without it."""
     return checkpoint / ".complete"
+
+
+def beside_models(name: str) -> bool:
+    """Whether `name` is one of the files `logprobs/` holds beside its per-model folders (`score_stats`)."""
+    return re.fullmatch(r"stats-\d+of\d+\.json", name) is not None
+
+
+def beside_sae_runs(name: str) -> bool:
+    """Whether `name` is one of the files `sae/` holds beside its runs' folders (the sweep summary)."""
+    return name in ("sweep_summary.csv", "sweep_summary.png")
 
 
 # The report's charts, next to report.md (which links them by these names).

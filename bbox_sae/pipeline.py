@@ -20,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
-from bbox_sae.errors import LockError
+from bbox_sae.errors import LockError, printable
 from bbox_sae.layout import RunLayout
 from bbox_sae.schemas import latent_ids
 from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness, writes_nothing
@@ -123,9 +123,16 @@ def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str
 _SUMMARY_ROWS = 8  # findings printed per winning model; the report lists all
 
 
-def _final_summary(cfg: Config, console) -> None:
+def shown(text: str) -> str:
+    """Untrusted text (an LLM's label, corpus words, a model's name) as the console prints it: as
+    it is, not as console markup ('[' in a corpus word), and without terminal escapes (an LLM's
+    label may hold ANSI colours or an OSC-8 hyperlink to another host)."""
     from rich.markup import escape
 
+    return escape(printable(text))
+
+
+def _final_summary(cfg: Config, console) -> None:
     from bbox_sae.labeling.finding_statements import labeled_findings
     from bbox_sae.report.finding_inputs import against_search
 
@@ -139,16 +146,15 @@ def _final_summary(cfg: Config, console) -> None:
     for f in findings:
         by_model.setdefault(f["better_model"], []).append(f)
     for model, rows in sorted(by_model.items()):
-        console.print(f"\nWhere [bold]{model}[/bold] is better (held-out Δlog p, 95% CI):")
+        console.print(f"\nWhere [bold]{shown(model)}[/bold] is better (held-out Δlog p, 95% CI):")
         for f in rows[:_SUMMARY_ROWS]:
             label = f["statement"] or f["top_words"]
             if f.get("kind") == "latent":
                 label = f"latent group: {label}"
-            # Corpus words such as '[' must print as they are, not as console markup.
             console.print(
                 f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  "
-                f"{escape(label)}  ({escape(f['top_words'][:40])})"
+                f"{shown(label)}  ({shown(f['top_words'][:40])})"
             )
         if len(rows) > _SUMMARY_ROWS:
             console.print(f"  ... and {len(rows) - _SUMMARY_ROWS} more (report.md, report.html)")
-    console.print(f"\nReport: {cfg.paths.report_html.resolve()}")
+    console.print(f"\nReport: {shown(str(cfg.paths.report_html.resolve()))}")

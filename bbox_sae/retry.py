@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -104,9 +105,10 @@ def retrying(settings: RetrySettings, rng: random.Random, on_retry: Callable[[Re
 
 def backoff_delay(retry: int, base_s: float, max_s: float, jitter: float, retry_after_s: float | None) -> float:
     """Wait before retry number `retry` (0-based): exponential, jittered to 50-100% so parallel
-    failures spread out, and never shorter than the server's Retry-After."""
+    failures spread out, and never shorter than the server's Retry-After up to `max_s`: a server
+    asking for a day (`Retry-After: 86400`) or for ever (`inf`) is not waited on for that long."""
     delay = min(max_s, base_s * 2**retry) * (0.5 + 0.5 * jitter)
-    return max(delay, retry_after_s or 0.0)
+    return max(delay, min(retry_after_s or 0.0, max_s))
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -114,9 +116,11 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return None if math.isnan(seconds) else max(0.0, seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -310,14 +310,15 @@ def record(cfg: Config, stage: Stage, key: str, seconds: float, result) -> None:
     )
 
 
-def require_current_inputs(stage: Stage, cfg: Config) -> None:
-    """A stage run on its own refuses inputs that are not current: it would turn stale into new-looking results."""
+def require_current_inputs(stage: Stage, cfg: Config, reader: str | None = None) -> None:
+    """A stage run on its own refuses inputs that are not current: it would turn stale into new-looking
+    results. `reader`: the command that reads what `stage` reads (`eval coherence` reads the report's inputs)."""
     manifest = read_manifest(cfg.out)
     for dep in ancestors(stage.name):
         why = staleness(BY_NAME[dep], cfg, manifest)
         if why is not None:
             names = ", ".join(str(p.relative_to(cfg.out)) for p in BY_NAME[dep].outputs(cfg))
-            raise ArtifactError(f"{cfg.out}: '{stage.name}' reads {names} from stage '{dep}', which {why}; run `bbox {dep}` (or `bbox run`) first")
+            raise ArtifactError(f"{cfg.out}: '{reader or stage.name}' reads {names} from stage '{dep}', which {why}; run `bbox {dep}` (or `bbox run`) first")
 
 
 def writes_nothing(stage: Stage, cfg: Config) -> bool:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from bbox_sae.config import Config, CorpusConfig, load_config
 from bbox_sae.corpus.documents import load_documents
 from bbox_sae.corpus.words import split_words
-from bbox_sae.errors import _LINE_BREAKS, BBoxError, ConfigError, CorpusError
+from bbox_sae.errors import BBoxError, ConfigError, CorpusError, printable
 from helpers.cli import bbox_process
 from helpers.project import make_project
 
@@ -291,7 +291,7 @@ def check_config(path: Path, field: str | None = None) -> Config | None:
         assert "\n" not in message and "\r" not in message, message
         assert message.startswith(str(path)), message
         if field is not None:
-            field = field.translate(_LINE_BREAKS)  # messages escape line breaks
+            field = printable(field)  # messages escape line breaks and other control characters
             assert f"'{field}" in message or f"{field}'" in message, (field, message)
         return None
 

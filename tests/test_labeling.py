@@ -281,8 +281,8 @@ def test_rate_limit_waits_at_least_retry_after(tmp_path):
         return Reply(status=429, headers={"Retry-After": "1"}) if index == 0 else smart(body, index)
 
     with FakeOpenAI(responder) as server:
-        result = run_label(llm_cfg(tmp_path, server))
-    # backoff_base_s is 0.01 s: only the Retry-After header explains a one-second wait
+        result = run_label(llm_cfg(tmp_path, server, backoff_max_s=2.0))
+    # backoff_base_s is 0.01 s: only the Retry-After header (under the 2 s cap) explains a one-second wait
     assert server.arrivals[1] - server.arrivals[0] >= 1.0
     assert labels(tmp_path)[1]["label"] == "words tagged ctx1"
     assert result["retries"] == 1 and result["requests"] == 3
@@ -434,7 +434,8 @@ def test_backoff_grows_is_capped_and_honours_retry_after():
     assert backoff_delay(3, 1.0, 60.0, jitter=1.0, retry_after_s=None) == 8.0
     assert backoff_delay(3, 1.0, 60.0, jitter=0.0, retry_after_s=None) == 4.0
     assert backoff_delay(10, 1.0, 5.0, jitter=1.0, retry_after_s=None) == 5.0
-    assert backoff_delay(0, 0.01, 0.05, jitter=0.5, retry_after_s=2.0) == 2.0
+    assert backoff_delay(0, 0.01, 3.0, jitter=0.5, retry_after_s=2.0) == 2.0
+    assert backoff_delay(0, 0.01, 0.05, jitter=0.5, retry_after_s=2.0) == 0.05  # the cap holds for Retry-After too
     assert retry_after_seconds({"retry-after": "3"}) == 3.0
     assert retry_after_seconds({}) is None and retry_after_seconds({"retry-after": "soon"}) is None
     later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)

@@ -112,7 +112,13 @@ def test_token_budget_stops_sending_and_says_why(tmp_path):
     rows = labels(tmp_path)
     # Every latent misses at least one request, and says so.
     assert all("label.max_tokens_total=30" in r["label_reason"] for r in rows.values())
-    assert rows[1]["label_score"] is None and rows[2]["label_score"] is None
+    # 1 and 2 got an LLM label but no judgement of it: unvalidated, it does not replace the offline one.
+    for latent in (1, 2):
+        assert rows[latent]["label_source"] == "heuristic" and rows[latent]["label_score"] is not None
+        assert (
+            rows[latent]["label_reason"].startswith("llm:judge's label was not validated (validation failed: ")
+            and "words tagged ctx" in rows[latent]["label_reason"]
+        )
     # Latent 3 got no LLM label: it keeps the offline one, scored by its own rule.
     assert rows[3]["label_source"] == "heuristic" and "'alpha'" in rows[3]["label"] and rows[3]["label_score"] is not None
     assert result["labels_failed"] == 0  # refused for the budget, which is no failure of the endpoint

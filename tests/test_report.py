@@ -346,6 +346,39 @@ def test_markdown_summary(report):
     assert all(line.count("|") - line.count("\\|") == 8 for line in md.splitlines() if line.startswith("| 3 |"))
 
 
+MD_LABEL = "[lnk](javascript:alert(1)) ![i](http://host/track.png) <https://x.example> www.evil.example a@b.example *em* `code` a|b"
+MD_DOMAIN = "![d](http://127.0.0.1:9/d.png)"
+
+
+def test_markdown_renders_hostile_labels_domains_and_names_as_text(tmp_path):
+    """Issue 41 item 2: report.md escaped HTML but not Markdown: an LLM label rendered as a live
+    link and a remote tracking image, and so did a document's `domain` in the per-domain table."""
+    from markdown_it import MarkdownIt
+
+    out = build_output_dir(tmp_path / "run")
+    layout = RunLayout(out)
+    features = pq.read_table(layout.features).to_pylist()
+    for f in features:
+        f["label"] = MD_LABEL if f["label"] else None
+    pq.write_table(pa.Table.from_pylist(features), layout.features)
+    pq.write_table(pa.Table.from_pylist([{**FINDINGS[0], "statement": MD_LABEL}, FINDINGS[1]], schema=FINDING_SCHEMA), layout.findings)
+    stats = corpus_stats()
+    stats["domains"] = {MD_DOMAIN: {"documents": 1, "words": 2, "models": {"alpha": {"perplexity": 3.0}}}}
+    layout.corpus_stats.write_text(json.dumps(stats))
+    layout.sae_run("r`1").root.mkdir(parents=True)
+    layout.sae_run("r`1").metrics.write_text("{}")
+    run_report(report_config(out))
+    md = layout.report_md.read_text(encoding="utf-8")
+    rendered = MarkdownIt("commonmark").enable("table").render(md)
+    # The only images: the report's own charts, next to report.md; no link at all.
+    assert re.findall(r'<img src="([^"]*)"', rendered) == ["report-forest.png", "report-domains.png"]
+    assert "<a " not in rendered and "<em>" not in rendered and "<code>code</code>" not in rendered
+    # GFM turns bare URLs, www. names and e-mail addresses into links too: each is broken by an escape.
+    assert not re.search(r"(?<!\\)(://|www\.|@)", md)
+    assert rendered.count(escape(MD_LABEL)) >= 3 and escape(MD_DOMAIN) in rendered  # shown as the text they are
+    assert "<code>r`1</code>" in rendered  # a run name in a code span, backtick and all
+
+
 def test_labels_are_optional(tmp_path):
     out = build_output_dir(tmp_path / "run", with_labels=False, with_documents=False)
     run_report(report_config(out))

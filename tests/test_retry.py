@@ -49,9 +49,9 @@ def test_a_timeout_is_retried_and_names_the_limit():
     assert classify(err).description == "timed out"
 
 
-def attempts_made(errors: list[BaseException], waits: list[float], max_retries: int = 2) -> int:
+def attempts_made(errors: list[BaseException], waits: list[float], max_retries: int = 2, backoff_max_s: float = 0.0) -> int:
     """Runs a request that raises `errors` in turn, then succeeds; returns how many attempts it took."""
-    settings = SimpleNamespace(max_retries=max_retries, backoff_base_s=0.0, backoff_max_s=0.0)
+    settings = SimpleNamespace(max_retries=max_retries, backoff_base_s=0.0, backoff_max_s=backoff_max_s)
 
     async def run():
         calls = 0
@@ -70,8 +70,11 @@ def test_retrying_retries_transient_failures_and_waits_out_retry_after():
         "slow down", response=httpx.Response(429, headers={"retry-after": "5"}, request=httpx.Request("POST", "http://x")), body=None
     )
     waits: list[float] = []
-    assert attempts_made([rate_limited, MalformedReply("truncated")], waits) == 3
-    assert waits == [5.0, 0.0]  # backoff is 0 here: only Retry-After explains the wait
+    assert attempts_made([rate_limited, MalformedReply("truncated")], waits, backoff_max_s=10.0) == 3
+    assert waits == [5.0, 0.0]  # backoff is 0 here: only Retry-After (under the 10 s cap) explains the wait
+    waits.clear()
+    assert attempts_made([rate_limited], waits, backoff_max_s=2.0) == 2
+    assert waits == [2.0]  # the cap holds for Retry-After too
 
 
 def test_retrying_gives_up_after_max_retries_and_raises_anything_else_at_once():

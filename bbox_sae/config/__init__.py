@@ -16,7 +16,7 @@ from bbox_sae.config.analysis import BuildConfig, FeaturesConfig, LabelConfig, R
 from bbox_sae.config.inputs import CorpusConfig, EmbeddingConfig, ModelConfig
 from bbox_sae.config.keys import key_settings
 from bbox_sae.config.loading import config_from_dict, load_config, load_raw
-from bbox_sae.config.output_dir import ensure_output_dir, save_resolved
+from bbox_sae.config.output_dir import check_saved_config, ensure_output_dir, save_resolved
 from bbox_sae.config.overrides import apply_overrides
 from bbox_sae.config.schema import Config
 
@@ -32,6 +32,7 @@ __all__ = [
     "SAEConfig",
     "WandbConfig",
     "apply_overrides",
+    "check_saved_config",
     "config_from_dict",
     "ensure_output_dir",
     "key_settings",

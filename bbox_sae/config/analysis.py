@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bbox_sae.config.keys import Key, Operational
 from bbox_sae.config.section import Section, path_component
+from bbox_sae.layout import beside_sae_runs
 
 
 class BuildConfig(Section):
@@ -26,6 +27,15 @@ class BuildConfig(Section):
         "instead of ~31 GB); every reader computes in float32. Its cost on the demo is in docs/scaling.md",
     )
     chunk_rows: Operational[int] = Field(default=65536, ge=1, description="rows held in memory at once")
+
+    @field_validator("prob_powers")
+    @classmethod
+    def _powers_once(cls, powers: list[float]) -> list[float]:
+        repeated = sorted({p for p in powers if powers.count(p) > 1})
+        if repeated:
+            # The same column twice would silently weigh that power double.
+            raise ValueError(f"repeats {repeated}: each power is one column per model; list it once")
+        return powers
 
 
 class SAEConfig(Section):
@@ -46,7 +56,7 @@ class SAEConfig(Section):
     )
     dead_feature_window: Key[int] = Field(default=1000, ge=1, description="steps without firing before a latent counts as dead")
     decoder_init_norm: Key[float] = Field(default=0.1, gt=0)
-    seed: Key[int] = 0
+    seed: Key[int] = Field(default=0, ge=0, lt=2**32, description="torch and numpy take seeds 0 .. 2**32-1")
     dtype: Key[Literal["float32", "bfloat16"]] = "float32"
     device: Operational[str] = "auto"
     checkpoint_every: Operational[int] = Field(default=500, ge=1, description="steps between resumable checkpoints")
@@ -55,7 +65,13 @@ class SAEConfig(Section):
     @field_validator("run_name")
     @classmethod
     def _run_name_is_a_folder(cls, value: str | None) -> str | None:
-        return value if value is None else path_component(value, "run_name")
+        if value is None:
+            return value
+        value = path_component(value, "run_name")
+        if beside_sae_runs(value):
+            # Training would run to the end, then fail writing its weights into that file's place.
+            raise ValueError(f"run_name {value!r} is reserved: sae/ holds a file of that name (bbox sweep's summary)")
+        return value
 
     @model_validator(mode="after")
     def _check_k(self) -> SAEConfig:
@@ -121,7 +137,7 @@ class LabelConfig(Section):
     max_retries: Operational[int] = Field(default=4, ge=0)
     timeout_s: Operational[float] = Field(default=60.0, gt=0)
     backoff_base_s: Operational[float] = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
-    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
+    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait, a server's Retry-After included")
     temperature: Key[float | None] = Field(default=0.0, ge=0, description="null: leave it to the server (some models accept only their default)")
     examples: Key[int] = Field(default=20, ge=1, description="train contexts shown to the labeler")
     validation_examples: Key[int] = Field(default=10, ge=1, description="holdout positives (and as many negatives)")
@@ -135,7 +151,10 @@ class LabelConfig(Section):
         default=10, ge=0, description="holdout positives for fuzzing scoring, half with the mark moved to a wrong word; 0: no fuzzing"
     )
     max_tokens_total: Key[int | None] = Field(
-        default=None, ge=1, description="LLM labeler: send no request once this many prompt + completion tokens are spent"
+        default=None,
+        ge=1,
+        description="LLM labeler: send no request once this many prompt + completion tokens are spent, counting requests in flight "
+        "at their estimate (prompt bytes / 3 + 100) and replies without token counts at theirs",
     )
     only_kept: Key[bool] = True
     json_mode: Key[bool] = True

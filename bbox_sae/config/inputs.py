@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bbox_sae.config.keys import Key, Name, Operational, key_when
 from bbox_sae.config.section import Section, not_empty, path_component
+from bbox_sae.layout import beside_models
 
 
 class CorpusConfig(Section):
@@ -86,7 +87,7 @@ class ModelConfig(Section):
     timeout_s: Operational[float] = Field(default=120.0, gt=0)
     max_retries: Operational[int] = Field(default=5, ge=0)
     backoff_base_s: Operational[float] = Field(default=1.0, ge=0, description="first retry waits about this long, doubling after")
-    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait (a server's Retry-After may be longer)")
+    backoff_max_s: Operational[float] = Field(default=60.0, ge=0, description="cap on one backoff wait, a server's Retry-After included")
     prompt_logprobs: Key[bool] = Field(default=False, description="use vLLM's prompt_logprobs extension")
     prompt_format: Operational[Literal["tokens", "text"]] = Field(
         default="tokens", description="send windows as token ids (vLLM) or as text (servers that take only strings)"
@@ -96,7 +97,11 @@ class ModelConfig(Section):
     @field_validator("name")
     @classmethod
     def _name_is_a_folder(cls, value: str) -> str:
-        return path_component(value, "model name")
+        value = path_component(value, "model name")
+        if beside_models(value):
+            # It would write its shards into the file the score stage keeps its statistics in.
+            raise ValueError(f"model name {value!r} is reserved: logprobs/ holds a file of that name")
+        return value
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:

@@ -20,8 +20,9 @@ from bbox_sae.layout import RunLayout, SaeRunLayout
 class Config(Section):
     output_dir: Operational[str] = "runs/default"
     cache_dir: Operational[str] = Field(default="~/.cache/bbox-sae", description="converted model cache")
-    seed: Key[int] = 0
-    threads: Operational[int | None] = Field(default=None, ge=1, description="torch CPU threads; default torch's choice")
+    seed: Key[int] = Field(default=0, ge=0, lt=2**32, description="numpy and torch take seeds 0 .. 2**32-1")
+    # 100000 threads exhausted the address space before any stage ran.
+    threads: Operational[int | None] = Field(default=None, ge=1, le=1024, description="torch CPU threads; default torch's choice")
     planted_rules: Operational[str | None] = Field(
         default=None, description="bbox eval planted: YAML file of the planted rules (--rules overrides; default configs/planted-rules-shakespeare.yaml)"
     )

@@ -11,11 +11,13 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from bbox_sae.pipeline import shown
+
     table = Table(title=title)
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*[str(x) for x in r])
+        table.add_row(*[shown(str(x)) for x in r])  # statements may be an LLM's
     Console().print(table)
 
 

@@ -15,13 +15,14 @@ Balanced accuracy, as for latents' labels (`scoring.detection_scores`).
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bbox_sae.artifacts import read_table
+from bbox_sae.artifacts import read_table, sha256_file
 from bbox_sae.corpus.words import split_words
 from bbox_sae.features import FeatureSource, contexts_table
 from bbox_sae.features.rules import normalize_form, rules_from_json
@@ -166,11 +167,24 @@ def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) ->
     return pa.Table.from_pylist(rows, schema=FINDING_LABEL_SCHEMA), len(to_llm)
 
 
+def _labels_describe(paths: RunLayout) -> bool:
+    """finding_labels.parquet is of the findings.parquet there now: a features stage re-run since
+    (new findings under the old numbers) leaves statements of other findings behind, which were
+    read as these findings' own. Labels written before labels.json recorded the digest are taken."""
+    if not paths.finding_labels.exists():
+        return False
+    try:
+        labeled = json.loads(paths.label_stats.read_text()).get("findings_sha256")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return labeled is None or labeled == sha256_file(paths.findings)
+
+
 def labeled_findings(paths: RunLayout) -> list[dict]:
     """findings.parquet rows with their statement's source and detection (finding_labels.parquet,
     once the label stage has run; the features stage's statement until then)."""
     findings = read_table(paths.findings).to_pylist()
-    labels = {r["finding"]: r for r in read_table(paths.finding_labels).to_pylist()} if paths.finding_labels.exists() else {}
+    labels = {r["finding"]: r for r in read_table(paths.finding_labels).to_pylist()} if _labels_describe(paths) else {}
     out = []
     for f in findings:
         label = labels.get(f["finding"])

@@ -16,9 +16,18 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bbox_sae.config import LabelConfig
+from bbox_sae.errors import printable
 from bbox_sae.labeling.client import Asker, BudgetSpent, RequestFailed, Stats, open_client
 from bbox_sae.labeling.heuristic import heuristic_label
-from bbox_sae.labeling.messages import detection_messages, fuzz_messages, label_messages, parse_detection_reply, parse_fuzz_reply, parse_label_reply
+from bbox_sae.labeling.messages import (
+    MAX_LABEL_CHARS,
+    detection_messages,
+    fuzz_messages,
+    label_messages,
+    parse_detection_reply,
+    parse_fuzz_reply,
+    parse_label_reply,
+)
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
@@ -34,10 +43,10 @@ async def _judge(asker: Asker, kind: str, messages: list[dict], examples: Sequen
     return detection_scores(truth, [i in picked for i in range(1, len(examples) + 1)])
 
 
-async def _scored(asker: Asker, feature: FeatureExamples, description: str, coherent: bool, seed: int) -> LabelResult:
+async def _scored(asker: Asker, feature: FeatureExamples, description: str, coherent: bool, seed: int, note: str | None = None) -> LabelResult:
     """The description judged by detection, then by fuzzing; a judgement whose request failed ends
-    the scoring with its reason."""
-    result = LabelResult(description, f"llm:{asker.cfg.model}", coherent=coherent)
+    the scoring with its reason (else the reason is `note`)."""
+    result = LabelResult(description, f"llm:{asker.cfg.model}", reason=note, coherent=coherent)
     examples, truth = validation_set(feature, seed)
     fuzzed, correct = fuzz_set(feature, asker.cfg.fuzz_examples, seed)
     judgements = [("detect", detection_messages, examples, truth, "validated", "validation"), ("fuzz", fuzz_messages, fuzzed, correct, "fuzzed", "fuzzing")]
@@ -79,9 +88,21 @@ async def _llm_label_one(asker: Asker, feature: FeatureExamples, seed: int, offl
         log.info("latent %d: llm:%s gave no label (%s); the offline one is kept", feature.latent, asker.cfg.model, err)
         # The offline label keeps its own source (`rule` / `heuristic`), so tables show which labeler said it.
         return replace(offline, reason=f"llm:{asker.cfg.model} gave no label, the offline one is kept: {err}")
-    asker.stats.labels_answered += 1
-    llm = await _scored(asker, feature, answer.description, answer.coherent, seed)
-    return llm if llm.reason else _better(llm, offline)
+    stats = asker.stats
+    stats.labels_answered += 1
+    note = None
+    if answer.cut_from is not None:
+        stats.labels_cut += 1
+        note = f"llm:{asker.cfg.model}'s label was {answer.cut_from:,} characters, cut to {MAX_LABEL_CHARS}"
+        if stats.labels_cut == 1:
+            log.warning("%s (latent %d; labels.json: labels_cut counts them)", note, feature.latent)
+    llm = await _scored(asker, feature, answer.description, answer.coherent, seed, note)
+    if llm.score is None and offline.score is not None:
+        # Its judge's replies failed or were malformed: a statement nobody checked never
+        # replaces one that was.
+        why = llm.reason or "no held-out examples to judge it on"
+        return replace(offline, reason=f"{llm.source}'s label was not validated ({why}), the offline one is kept: {llm.label}")
+    return _better(llm, offline)
 
 
 async def label_with_llm(
@@ -115,5 +136,6 @@ def print_prompts(features: Sequence[FeatureExamples], seed: int, n_fuzz: int) -
     for f in features:
         print(f"=== latent {f.latent}: label prompt ===")
         for message in label_messages(f, heuristic_label(f, seed, n_fuzz).label):
-            print(f"[{message['role']}]\n{message['content']}")
+            # The prompt quotes corpus text: its line breaks stay, its terminal escapes do not.
+            print(f"[{message['role']}]\n{printable(message['content'], keep=chr(10))}")
     print("(detection and fuzzing prompts are built from the labels, so a dry run cannot show them)")

@@ -23,10 +23,16 @@ def prompt(name: str) -> Template:
     return Template(files("bbox_sae.labeling").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8").rstrip("\n"))
 
 
+# A label is a phrase. One longer than this is a server gone wrong, not a better label: a 30 MB
+# description made a 54 MB report.html and a final summary that took minutes to print.
+MAX_LABEL_CHARS = 300
+
+
 @dataclass(frozen=True)
 class LabelAnswer:
     coherent: bool
     description: str
+    cut_from: int | None = None  # the description's length, when it was cut to MAX_LABEL_CHARS
 
 
 def _visible(text: str) -> str:
@@ -108,7 +114,10 @@ def parse_label_reply(text: str) -> LabelAnswer:
         raise MalformedReply(f"label reply: 'coherent' must be true or false, got {coherent!r}")
     if not isinstance(description, str) or not description.strip():
         raise MalformedReply(f"label reply: 'description' must be a non-empty string, got {description!r}")
-    return LabelAnswer(coherent, " ".join(description.split()))
+    description = " ".join(description.split())
+    if len(description) > MAX_LABEL_CHARS:
+        return LabelAnswer(coherent, description[: MAX_LABEL_CHARS - 1].rstrip() + "…", cut_from=len(description))
+    return LabelAnswer(coherent, description)
 
 
 def _picked_numbers(text: str, n: int, kind: str, key: str) -> frozenset[int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns
+from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
 from bbox_sae.config import Config
 from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.features import feature_source, features_layout
@@ -75,6 +75,8 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
         "budget_exhausted": stats.budget_refused > 0,
         **asdict(stats),
         "cost": round(cost, 6),
+        # finding_labels.parquet describes these findings only (finding_statements.labeled_findings).
+        "findings_sha256": sha256_file(paths.findings) if paths.findings.exists() else None,
     }
     atomic_write_json(paths.label_stats, summary)
     if stats.labels_failed:

@@ -14,10 +14,31 @@ from bbox_sae.report.markup import fmt, num
 from bbox_sae.report.plots import Charts
 from bbox_sae.report.views import display_order
 
+# Markdown's inline syntax: links and images (`[`, `]`), emphasis, code, strikethrough, table cells.
+_MD_SYNTAX = re.compile(r"([\\`*_\[\]~|])")
+# What GFM turns into a link with no brackets at all: `scheme://`, `www.`, `user@host`.
+_AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=www)\.|@", re.IGNORECASE)
+
+
+def _escaped(text: str) -> str:
+    """Escaped so that labels, statements, domains and corpus text (all untrusted: an LLM's label
+    may be `[x](javascript:...)` or `![i](http://host/track.png)`) render as the text they are: no
+    HTML, no link, image or autolink, no formatting, no broken table."""
+    text = _MD_SYNTAX.sub(r"\\\1", html.escape(text, quote=False))
+    return _AUTOLINK.sub(lambda m: "\\" + m.group(0), text)
+
 
 def _md(text) -> str:
-    """One table cell: escaped so corpus text cannot break the table or inject HTML."""
-    return html.escape(" ".join(str(text or "").split()), quote=False).replace("|", "\\|")
+    """One table cell or heading: on one line, escaped."""
+    return _escaped(" ".join(str(text or "").split()))
+
+
+def _md_code(text) -> str:
+    """A code span of `text` (which may hold backticks): nothing in it renders as Markdown or HTML."""
+    text = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _md_feature_row(f: dict) -> str:
@@ -48,9 +69,8 @@ def _md_pair(a: str, b: str, features: list[dict], limit: int) -> list[str]:
 
 
 def _md_inline(text) -> str:
-    """Context text inside a list item: one line, escaped, with Markdown's emphasis and code
-    characters backslashed so corpus text cannot format itself."""
-    return re.sub(r"([\\`*_\[\]])", r"\\\1", html.escape(one_line(text), quote=False))
+    """Context text inside a list item: one line (line breaks shown as ⏎), escaped."""
+    return _escaped(one_line(text))
 
 
 def _md_finding(f: dict) -> list[str]:
@@ -150,7 +170,7 @@ def build_markdown(cfg: Config, inputs: ReportInputs, charts: Charts) -> str:
         lines += [
             "## SAE runs",
             "",
-            *(f"- `{_md(run)}`: `{_md(inputs.paths.sae_run(run).metrics.relative_to(inputs.paths.root))}`" for run in inputs.sae_runs),
+            *(f"- {_md_code(run)}: {_md_code(inputs.paths.sae_run(run).metrics.relative_to(inputs.paths.root))}" for run in inputs.sae_runs),
             "",
         ]
     return "\n".join(lines)

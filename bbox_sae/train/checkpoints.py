@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -89,6 +90,31 @@ def checkpoint_key(cfg: Config) -> str:
     return hashlib.sha256(json.dumps({"settings": stage.settings(cfg), "build": build}, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# What reading a damaged checkpoint raises: torch's zip reader (RuntimeError), the unpickler (a
+# truncated stream, or a pickle asking for more than tensors and numbers), safetensors' reader.
+_LOAD_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, ValueError, SafetensorError)
+
+
+def damage(checkpoint: Path) -> str | None:
+    """Why training cannot resume from `checkpoint` (a truncated `trainer_state.pt`, torn weights, a
+    pickle that is not a trainer state), None when it can: read as the resume will read it, but
+    before anything is trained or removed."""
+    import torch
+    from sae_lens.constants import SAE_WEIGHTS_FILENAME, TRAINER_STATE_FILENAME
+    from safetensors.torch import load_file
+
+    try:
+        # weights_only: a trainer state holds tensors and numbers; code in a pickle is refused, not run.
+        state = torch.load(checkpoint / TRAINER_STATE_FILENAME, map_location="cpu", weights_only=True)
+        load_file(checkpoint / SAE_WEIGHTS_FILENAME)
+    except _LOAD_ERRORS as err:
+        text = " ".join(str(err).split())[:200] or type(err).__name__
+        return f"{type(err).__name__}: {text}"
+    if not isinstance(state, dict) or not {"optimizer", "n_training_samples"} <= set(state):
+        return f"{TRAINER_STATE_FILENAME} is not a trainer state"
+    return None
+
+
 def resume_point(paths: SaeRunLayout, resume: bool, key: str) -> Path | None:
     """The checkpoint to resume from (None: start afresh, with the old checkpoints removed). Only
     checkpoints written under `key` are resumed: others were trained on another matrix or with other
@@ -100,6 +126,12 @@ def resume_point(paths: SaeRunLayout, resume: bool, key: str) -> Path | None:
     if resume and written_under != key and _latest_checkpoint(paths.checkpoints) is not None:
         log.warning("%s: not resuming: its checkpoints were written for another matrix or other sae settings; training afresh", paths.root.name)
     latest = _latest_checkpoint(paths.checkpoints) if resume and written_under == key else None
+    why = damage(latest) if latest is not None else None
+    if why is not None:
+        # Only the newest complete checkpoint is kept: there is none older to fall back to. Left
+        # in place, every later `bbox run` died on it until the user removed checkpoints/.
+        log.warning("%s: checkpoint %s cannot be resumed from (%s); training afresh", paths.root.name, latest, why)
+        latest = None
     if latest is None and paths.checkpoints.exists():
         shutil.rmtree(paths.checkpoints)
     atomic_write_text(paths.checkpoint_key, key + "\n")

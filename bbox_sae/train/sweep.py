@@ -210,11 +210,14 @@ def _find(cfg: Config, metrics: dict) -> SweepRun:
 def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wandb_sweep_yaml: str | None = None, features: bool = False) -> list[dict]:
     """Train every combination on the run's current build; with features (`--features` or the sweep
     file's `features: true`) also find what each SAE finds."""
+    from bbox_sae.config.feasibility import check_memory
     from bbox_sae.pipeline import run_lock
     from bbox_sae.tracking import wandb_run
 
     sweep = read_sweep(path, overrides, output_dir)
     features = features or sweep.features
+    for cfg in sweep.configs:
+        check_memory(cfg, trains=True, extracts=features)
     require_sweepable(sweep)
     if wandb_sweep_yaml:
         atomic_write_text(wandb_sweep_yaml, yaml.safe_dump(wandb_sweep_spec(sweep), sort_keys=False))

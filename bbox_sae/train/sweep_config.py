@@ -9,8 +9,9 @@
 
 `base` is a path like every path in a config: relative to the working directory. A plain config
 is a sweep of itself: its list-valued `sae.*` fields (or `--set "sae.k=[8,16]"`) are the axes.
-Each run is named by its axis values (`d_sae256-k8`), never by the base's `sae.run_name`, which
-names the run's own SAE.
+Each run is named by its axis values and the fixed settings that differ from the base and change
+the SAE (`d_sae256-k8-dead_feature_window25`), never by the base's `sae.run_name`, which names the
+run's own SAE.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bbox_sae.config import Config, apply_overrides, config_from_dict, load_raw
+from bbox_sae.config import Config, SAEConfig, apply_overrides, config_from_dict, load_raw
+from bbox_sae.config.keys import field_policy
 from bbox_sae.errors import ConfigError
 
 SWEEP_KEYS = ("base", "sae", "features")
@@ -86,6 +88,17 @@ def _fixed_settings(base_raw: dict, raw: dict, output_dir: str | None) -> dict[s
     return fixed
 
 
+def _fixed_key_settings(base_raw: dict, raw: dict) -> dict[str, Any]:
+    """The sweep's sae settings that are not axes, differ from its base and change the trained SAE."""
+    base_sae, sae = base_raw.get("sae") or {}, raw.get("sae") or {}
+    fields = SAEConfig.model_fields
+    return {
+        k: v
+        for k, v in sorted(sae.items())
+        if not isinstance(v, list) and k in fields and k != "run_name" and base_sae.get(k) != v and getattr(field_policy(fields[k]), "kind", None) == "key"
+    }
+
+
 def read_sweep(path: str | Path, overrides: list[str], output_dir: str | None) -> Sweep:
     path = Path(path)
     raw = load_raw(path)
@@ -104,15 +117,24 @@ def read_sweep(path: str | Path, overrides: list[str], output_dir: str | None) -
     empty = [k for k, v in axes.items() if not v]
     if empty:
         raise ConfigError(f"{path}: 'sae.{empty[0]}': an empty list gives no runs; give at least one value")
+    for key, values in axes.items():
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise ConfigError(f"{path}: 'sae.{key}': {repeated[0]!r} is listed twice; each value is one run, list it once")
+    # The sweep's own fixed settings are in its runs' names too: a second sweep of the same axes with
+    # another lr retrained `sae/d_sae16-k2` over the first one's run.
+    fixed = _fixed_key_settings(base_raw, raw)
     configs = []
     for values in itertools.product(*axes.values()) if axes else [()]:
         run = {**raw, "sae": {**(raw.get("sae") or {}), **dict(zip(axes, values))}}
         if axes and (raw.get("sae") or {}).get("run_name") is None:
-            run["sae"]["run_name"] = "-".join(f"{k}{v}" for k, v in zip(axes, values))
+            run["sae"]["run_name"] = "-".join(f"{k}{v}" for k, v in [*zip(axes, values), *fixed.items()])
         configs.append(config_from_dict(run, source=str(path)))
     names = [c.sae.resolved_run_name() for c in configs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: sweep runs share a run_name; drop sae.run_name so each run gets its own")
+    shared = sorted({n for n in names if names.count(n) > 1})
+    if shared:
+        fix = "drop sae.run_name so each run gets its own" if (raw.get("sae") or {}).get("run_name") is not None else "give the axes values that differ"
+        raise ConfigError(f"{path}: sweep runs share a run_name ({shared[0]}); {fix}")
     return Sweep(path, base, configs, axes, _fixed_settings(base_raw, raw, output_dir), features)
 
 

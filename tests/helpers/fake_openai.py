@@ -28,6 +28,8 @@ class Reply:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     usage: dict | None = None  # sent as the reply's `usage` instead of the counts above (malformed ones too)
+    omit_usage: bool = False  # a reply with no `usage` object at all
+    drip_s: float = 0.0  # headers at once, then the body one byte every drip_s seconds (a reply that never ends)
 
 
 Responder = Callable[[dict, int], Reply]
@@ -77,7 +79,24 @@ class FakeOpenAI(LoopbackServer):
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,
             },
         }
+        if reply.omit_usage:
+            del payload["usage"]
+        if reply.drip_s:
+            return await self._drip(request, json.dumps(payload).encode(), reply)
         return web.json_response(payload, headers=reply.headers)
+
+    async def _drip(self, request: web.Request, body: bytes, reply: Reply) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": str(len(body)), **reply.headers})
+        await response.prepare(request)
+        self.in_flight += 1
+        try:
+            for i in range(len(body)):
+                await response.write(body[i : i + 1])
+                await asyncio.sleep(reply.drip_s)
+        finally:
+            self.in_flight -= 1
+        await response.write_eof()
+        return response
 
     def routes(self, app) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
