@@ -141,7 +141,7 @@ def _final_summary(cfg: Config, console) -> None:
     console.print(f"\n{len(findings)} finding(s), carried by {n_latents} latent(s).")
     against = against_search(cfg.paths, findings)
     if against:
-        console.print(escape(against))
+        console.print(shown(against))
     by_model: dict[str, list[dict]] = {}
     for f in findings:
         by_model.setdefault(f["better_model"], []).append(f)

@@ -4,8 +4,8 @@
 import numpy as np
 
 from bbox_sae.features import candidates
-from bbox_sae.features.places import canonical_place, unit_place
-from bbox_sae.features.rules import Rule, describe_rules, word_attributes
+from bbox_sae.features.places import unit_place
+from bbox_sae.features.rules import Rule, canonical_place, describe_rules, word_attributes
 from bbox_sae.features.tested_findings import finding_groups
 
 
@@ -34,16 +34,18 @@ def test_a_unit_takes_the_most_specific_place_holding_for_half_its_words():
     assert unit_place(unit, attrs, share=0.9) is None
 
 
-def test_rules_of_one_place_join_only_through_a_latent_carrying_both_and_for_one_winner():
-    line, blank = ("layout", "line_start"), ("layout", "after_blank")
+def test_a_layout_joins_rules_of_one_winner_and_a_left_word_only_through_a_latent_carrying_both():
+    line, blank, after_my = ("layout", "line_start"), ("layout", "after_blank"), ("form", "f:my")
     units = [
         _unit(Rule("form", "f:then", "layout", "line_start"), 0, carriers=[7], place=line),
-        _unit(Rule("form", "f:or", "layout", "line_start"), 10, carriers=[7, 9], place=line),
-        _unit(Rule("form", "f:yet", "layout", "line_start"), 20, carriers=[3], place=line),  # no latent in common
-        _unit(Rule("form", "f:oliver", "layout", "after_blank"), 30, carriers=[7], place=blank),  # another place
-        _unit(Rule("form", "f:nor", "layout", "line_start"), 40, carriers=[7], sign=1, place=line),  # another winner
+        _unit(Rule("form", "f:or", "layout", "line_start"), 10, carriers=[9], place=line),  # a line start: no latent needed
+        _unit(Rule("form", "f:oliver", "layout", "after_blank"), 20, carriers=[7], place=blank),  # another place
+        _unit(Rule("form", "f:nor", "layout", "line_start"), 30, carriers=[7], sign=1, place=line),  # another winner
+        _unit(Rule("form", "f:lord", "form", "f:my"), 40, carriers=[5], place=after_my),
+        _unit(Rule("form", "f:lady", "form", "f:my"), 50, carriers=[6, 5], place=after_my),  # latent 5 carries both
+        _unit(Rule("form", "f:liege", "form", "f:my"), 60, carriers=[8], place=after_my),  # no latent in common
     ]
-    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4]]
+    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4, 5], [6]]
 
 
 def test_many_forms_of_one_place_are_said_once_most_frequent_first():

@@ -15,21 +15,10 @@ import numpy as np
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.candidates import Tested
 from bbox_sae.features.findings import memberships
-from bbox_sae.features.rules import Rule, WordAttributes
+from bbox_sae.features.rules import Rule, WordAttributes, canonical_place
 
-# Places said two ways by the grammar: a left class of layout is the layout.
-LAYOUT_CLASSES = {"c:newline": ("layout", "line_start"), "c:blank": ("layout", "after_blank")}
 # More specific first: a left word, a left class, a blank line, a line start.
 SPECIFICITY = {"form": 0, "class": 1, "after_blank": 2, "line_start": 3}
-
-
-def canonical_place(rule: Rule) -> tuple[str, str] | None:
-    """The rule's left context when it also names the word (a form or class), one way of saying each."""
-    if not (rule.word_kind and rule.left_kind) or rule.left_kind == "form2":
-        return None
-    if rule.left_kind == "class" and rule.left_value in LAYOUT_CLASSES:
-        return LAYOUT_CLASSES[rule.left_value]
-    return rule.left_kind, rule.left_value
 
 
 def _specificity(place: tuple[str, str]) -> int:
@@ -37,13 +26,15 @@ def _specificity(place: tuple[str, str]) -> int:
 
 
 def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple[str, str] | None:
-    """The most specific place of the unit's rules that holds for at least `share` of its held-out
-    words: 'gloster' (any) with 'gloster' after a blank line, most of its words, is after a blank line."""
-    places = set()
-    for rule in unit.members or ((unit.rule,) if unit.rule is not None else ()):
-        place = canonical_place(rule)
-        if place is not None and len(unit.holdout_rows) and Rule(None, None, *place).mask(attrs, unit.holdout_rows).mean() >= share:
-            places.add(place)
+    """The most specific place that holds for at least `share` of the unit's held-out words, among
+    its rules' places (and, for a latent's group, its left context and the two layouts): 'gloster'
+    (any) with 'gloster' after a blank line, most of its words, is after a blank line."""
+    candidates = {canonical_place(rule) for rule in unit.members or ((unit.rule,) if unit.rule is not None else ())}
+    if unit.word_set is not None:
+        if unit.word_set.left is not None:
+            candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
+        candidates |= {("layout", "line_start"), ("layout", "after_blank")}
+    places = {p for p in candidates if p is not None and len(unit.holdout_rows) and Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share}
     return min(places, key=lambda p: (_specificity(p), p)) if places else None
 
 

@@ -277,6 +277,18 @@ def rules_from_json(text: str) -> list[Rule]:
 
 
 LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
+# Places said two ways by the grammar: a left class of layout is that layout.
+LAYOUT_CLASSES = {"c:newline": ("layout", "line_start"), "c:blank": ("layout", "after_blank")}
+
+
+def canonical_place(rule: Rule) -> tuple[str, str] | None:
+    """The rule's left context when it also names the word (a form or class), one way of saying
+    each: "right after a line break" (the class) is the start of a line (the layout)."""
+    if not (rule.word_kind and rule.left_kind) or rule.left_kind == "form2":
+        return None
+    if rule.left_kind == "class" and rule.left_value in LAYOUT_CLASSES:
+        return LAYOUT_CLASSES[rule.left_value]
+    return rule.left_kind, rule.left_value
 
 
 def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
@@ -286,7 +298,7 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     said: list[list[Rule]] = []
     in_place: dict[tuple[str, str], list[Rule]] = {}
     for r in rules:
-        place = (r.left_kind, r.left_value) if r.word_kind == "form" and r.left_kind else None
+        place = canonical_place(r) if r.word_kind == "form" else None
         if place in in_place:
             in_place[place].append(r)
             continue
@@ -297,7 +309,7 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     def together(group: list[Rule]) -> str:
         if len(group) == 1:
             return group[0].describe()
-        place = Rule(None, None, group[0].left_kind, group[0].left_value).describe()
+        place = Rule(None, None, *canonical_place(group[0])).describe()
         words = [_phrase("form", r.word_value) for r in group]
         if len(words) > LISTED_FORMS:
             return f"{place}: {', '.join(words[:LISTED_FORMS])} and {len(words) - LISTED_FORMS} more"

@@ -107,25 +107,33 @@ def _place(unit: Tested) -> tuple[str, str] | None:
 
 def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     """Units that nest (`findings.nested_groups`), and groups whose units say words in the same
-    left context, for the same winner, proposed by a latent in common: one class of words after
-    'my' that the SAE carries with several latents ('lord' after 'my' by its own, the kin words by
-    three others, one latent among both) is one finding. A shared latent alone is not enough (one
-    that fires wherever model B wins would join everything B wins on), nor a shared context alone
-    ("'not' after an auxiliary" and a verb after one are different differences unless a latent
-    carries both)."""
+    place, for the same winner, when the place is a layout (the start of a line, after a blank
+    line) or a latent proposes or carries both: one class of words after 'my' that the SAE carries
+    with several latents ('lord' after 'my' by its own, the kin words by three others, one latent
+    among both) is one finding, and so are the words that open a verse line where one model wins.
+    A shared latent alone is not enough (one that fires wherever model B wins would join everything
+    B wins on), nor a shared left word or class alone ("'not' after an auxiliary" and a verb after
+    one are different differences unless a latent carries both). A layout joins without a latent
+    because the demo's SAE gives each line-opening form its own latent, and the latents firing on
+    all of them fire on two thirds of all words (docs/findings.md)."""
     groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
-    described = [
-        {(units[i].key, _place(units[i]), latent) for i in g if _place(units[i]) for latent in {*units[i].latents, *units[i].carriers}} for g in groups
-    ]
     uf = UnionFind(len(groups))
-    for i in range(len(groups)):
-        for j in range(i + 1, len(groups)):
-            if described[i] & described[j]:
-                uf.union(j, i)
+    first_with: dict[tuple, int] = {}
+    for gi, g in enumerate(groups):
+        for i in g:
+            place = _place(units[i])
+            if place is None:
+                continue
+            joiners = {LAYOUT} if place[0] == "layout" else {*units[i].latents, *units[i].carriers}
+            for joiner in joiners:
+                uf.union(gi, first_with.setdefault((units[i].key, place, joiner), gi))
     merged: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         merged.setdefault(uf.find(i), []).extend(g)
     return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
+
+
+LAYOUT = "layout"  # what joins units of one layout place in `finding_groups`, in place of a latent
 
 
 def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> list[Tested]:
@@ -145,8 +153,10 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
     for u, carriers in zip(units, carrying_latents(units, top, sorted(column), fcfg.rule_min_share)):
         u.carriers = [m for m in carriers if m not in u.latents]
         u.place = unit_place(u, inputs.attrs)
-    sets = _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"])
-    return units + [s for s in sets if _more_than_its_rules(s, units, inputs.lp_by_row, fcfg)]
+    sets = [s for s in _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"]) if _more_than_its_rules(s, units, inputs.lp_by_row, fcfg)]
+    for s in sets:
+        s.place = unit_place(s, inputs.attrs)
+    return units + sets
 
 
 def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> FindingTables:
