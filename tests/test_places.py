@@ -19,6 +19,7 @@ def _unit(rule, start, carriers=(), sign=-1, members=(), place=None):
 def test_a_class_of_layout_is_that_layout_and_a_word_alone_has_no_place():
     assert canonical_place(Rule("form", "f:then", "class", "c:newline")) == ("layout", "line_start")
     assert canonical_place(Rule("form", "f:oliver", "class", "c:blank")) == ("layout", "after_blank")
+    assert canonical_place(Rule("form", "f:or", "form", "f:\n")) == ("layout", "line_start")
     assert canonical_place(Rule("form", "f:lord", "form", "f:my")) == ("form", "f:my")
     assert canonical_place(Rule("form", "f:then")) is None
     assert canonical_place(Rule(None, None, "layout", "line_start")) is None

@@ -277,18 +277,21 @@ def rules_from_json(text: str) -> list[Rule]:
 
 
 LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
-# Places said two ways by the grammar: a left class of layout is that layout.
-LAYOUT_CLASSES = {"c:newline": ("layout", "line_start"), "c:blank": ("layout", "after_blank")}
+# Places said several ways by the grammar: a left class or form of layout is that layout.
+LAYOUT_LEFTS = {
+    ("class", "c:newline"): ("layout", "line_start"),
+    ("form", "f:\n"): ("layout", "line_start"),
+    ("class", "c:blank"): ("layout", "after_blank"),
+    ("form", "f:\n\n"): ("layout", "after_blank"),
+}
 
 
 def canonical_place(rule: Rule) -> tuple[str, str] | None:
     """The rule's left context when it also names the word (a form or class), one way of saying
-    each: "right after a line break" (the class) is the start of a line (the layout)."""
+    each: "right after a line break" (the class, or the form) is the start of a line (the layout)."""
     if not (rule.word_kind and rule.left_kind) or rule.left_kind == "form2":
         return None
-    if rule.left_kind == "class" and rule.left_value in LAYOUT_CLASSES:
-        return LAYOUT_CLASSES[rule.left_value]
-    return rule.left_kind, rule.left_value
+    return LAYOUT_LEFTS.get((rule.left_kind, rule.left_value), (rule.left_kind, rule.left_value))
 
 
 def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
