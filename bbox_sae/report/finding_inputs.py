@@ -104,5 +104,5 @@ def against_search(paths: RunLayout, findings: list[dict]) -> str | None:
         f"Against the rule search: every rule of the grammar (a form; a form after a form or a class; a form at a line start or after a blank line; "
         f"a class after a form) tested the same way, with no SAE, confirms {n} distinct difference(s); the findings cover "
         f"{sum(c is not None for c in covered)}{share} of them (rule_search.parquet). {beyond} finding(s) are stated by no single rule of the "
-        "grammar (a latent's group of words, or rules of one place that latents carry together): what the SAE added."
+        "grammar (a latent's group of words, or rules of one place joined by a latent or a layout): what the SAE and the grouping added."
     )
