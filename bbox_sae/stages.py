@@ -194,8 +194,9 @@ STAGES: list[Stage] = [
         # share a proposing latent join. 6: a latent's carrying words above
         # latent_sets.FIT_WORDS are clustered by a k-means fitted on a sample of them. 7: every rule of
         # the grammar is a candidate (features.rule_search); rules of one place that a latent carries
-        # join; the rule-search baseline is recorded.
-        version={"findings": 7},
+        # join; the rule-search baseline is recorded. 8: a finding said by a member's word set keeps
+        # that set's exclusions.
+        version={"findings": 8},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,

@@ -73,3 +73,20 @@ def test_a_latent_carries_a_unit_when_enough_of_its_top_words_are_the_units():
     units = [_unit(Rule("form", "f:a"), 0), _unit(Rule("form", "f:b"), 20)]
     assert carrying_latents(units, top, [0, 1], min_share=0.3) == [[0], [0]]
     assert carrying_latents(units, top, [0, 1], min_share=0.5) == [[0], []]
+
+
+def test_a_finding_said_by_its_ending_keeps_the_exclusions_it_was_tested_with():
+    """Issue 41 item 13: re-described from its train words, an '-ly' set lost its exclusions and
+    its statement took in 'only', which the tested set left out."""
+    from bbox_sae.features.tested_findings import statement_word_set
+    from bbox_sae.features.word_sets import WordSet
+
+    docs = [[w for _ in range(3) for w in ("truly", " freely", " only", " gladly", " said")]]
+    attrs = word_attributes(docs)
+    ly = np.flatnonzero(np.isin(np.array([attrs.vocab[c] for c in attrs.form]), ["f:truly", "f:freely", "f:gladly"]))
+    tested = WordSet(("truly", "freely"), (3, 3), suffix="ly", excluded=("only",))
+    unit = candidates.Tested("latent", ("a", "b"), 1, [4], ly, ly, word_set=tested)
+    said = statement_word_set([unit], attrs, ly, ly)
+    assert said == tested and "except 'only'" in said.describe()
+    only = np.flatnonzero(attrs.form == attrs.code["f:only"])
+    assert not said.mask(attrs, only).any() and said.mask(attrs, ly).all()

@@ -32,8 +32,8 @@ from bbox_sae.features.findings import (
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.places import carrying_latents, unit_place
-from bbox_sae.features.rules import RuleFit, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
-from bbox_sae.features.word_sets import describe_word_set
+from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.word_sets import WordSet, describe_word_set
 from bbox_sae.schemas import latent_ids
 
 
@@ -231,11 +231,22 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
             fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
             row.update(rule_precision=fit.precision, rule_recall=fit.recall, rule_f1=fit.f1)
     else:
-        word_set = describe_word_set(attrs, train_rows)
+        word_set = statement_word_set(members, attrs, train_rows, holdout_rows)
         row.update(
             rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None, statement=word_set.describe(), word_set_json=word_set.to_json()
         )
     return row
+
+
+def statement_word_set(members: list[Tested], attrs: WordAttributes, train_rows: np.ndarray, holdout_rows: np.ndarray) -> WordSet:
+    """What says a finding by its words: the largest member group's own word set when it holds at
+    least `RULE_STATES` of the finding's held-out words (an ending set keeps the exclusions it was
+    tested with: re-described from the train words, "a word ending in '-ly'" lost them and its
+    definition took in 'only', which the tested set left out), else what the train words share."""
+    sets = sorted((u for u in members if u.word_set is not None), key=lambda u: -len(u.holdout_rows))
+    if sets and sets[0].word_set.mask(attrs, holdout_rows).mean() >= RULE_STATES:
+        return sets[0].word_set
+    return describe_word_set(attrs, train_rows)
 
 
 def _mark_members(
