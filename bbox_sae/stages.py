@@ -195,8 +195,9 @@ STAGES: list[Stage] = [
         # latent_sets.FIT_WORDS are clustered by a k-means fitted on a sample of them. 7: every rule of
         # the grammar is a candidate (features.rule_search); rules of one place that a latent carries
         # join; the rule-search baseline is recorded. 8: a finding said by a member's word set keeps
-        # that set's exclusions.
-        version={"findings": 8},
+        # that set's exclusions. 9: a left word joins like a layout; a latent's group that rules hold
+        # and that mixes punctuation and words is not kept.
+        version={"findings": 9},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,

@@ -35,18 +35,20 @@ def test_a_unit_takes_the_most_specific_place_holding_for_half_its_words():
     assert unit_place(unit, attrs, share=0.9) is None
 
 
-def test_a_layout_joins_rules_of_one_winner_and_a_left_word_only_through_a_latent_carrying_both():
-    line, blank, after_my = ("layout", "line_start"), ("layout", "after_blank"), ("form", "f:my")
+def test_a_layout_or_a_left_word_joins_rules_of_one_winner_and_a_left_class_only_through_a_latent_carrying_both():
+    line, blank, after_aux = ("layout", "line_start"), ("layout", "after_blank"), ("class", "c:auxiliary")
     units = [
         _unit(Rule("form", "f:then", "layout", "line_start"), 0, carriers=[7], place=line),
         _unit(Rule("form", "f:or", "layout", "line_start"), 10, carriers=[9], place=line),  # a line start: no latent needed
         _unit(Rule("form", "f:oliver", "layout", "after_blank"), 20, carriers=[7], place=blank),  # another place
         _unit(Rule("form", "f:nor", "layout", "line_start"), 30, carriers=[7], sign=1, place=line),  # another winner
-        _unit(Rule("form", "f:lord", "form", "f:my"), 40, carriers=[5], place=after_my),
-        _unit(Rule("form", "f:lady", "form", "f:my"), 50, carriers=[6, 5], place=after_my),  # latent 5 carries both
-        _unit(Rule("form", "f:liege", "form", "f:my"), 60, carriers=[8], place=after_my),  # no latent in common
+        _unit(Rule("form", "f:not", "class", "c:auxiliary"), 40, carriers=[5], place=after_aux),
+        _unit(Rule("form", "f:be", "class", "c:auxiliary"), 50, carriers=[6, 5], place=after_aux),  # latent 5 carries both
+        _unit(Rule("form", "f:go", "class", "c:auxiliary"), 60, carriers=[8], place=after_aux),  # no latent in common
+        _unit(Rule("form", "f:lord", "form", "f:my"), 70, carriers=[1], place=("form", "f:my")),
+        _unit(Rule("form", "f:mother", "form", "f:my"), 80, place=("form", "f:my")),  # one named word before: no latent needed
     ]
-    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4, 5], [6]]
+    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4, 5], [6], [7, 8]]
 
 
 def test_many_forms_of_one_place_are_said_once_most_frequent_first():
@@ -90,3 +92,13 @@ def test_a_finding_said_by_its_ending_keeps_the_exclusions_it_was_tested_with():
     assert said == tested and "except 'only'" in said.describe()
     only = np.flatnonzero(attrs.form == attrs.code["f:only"])
     assert not said.mask(attrs, only).any() and said.mask(attrs, ly).all()
+
+
+def test_a_latent_group_of_a_punctuation_mark_and_words_that_rules_hold_is_no_finding_of_its_own():
+    from bbox_sae.features.tested_findings import mixes_kinds
+
+    attrs = word_attributes([["thou", " art", "?", " thy", " heart", "?", " thee", "!"]])
+    rows = np.arange(len(attrs.form))
+    assert mixes_kinds(attrs, rows)  # 3 of 8 punctuation, 5 words
+    assert not mixes_kinds(attrs, rows[[0, 1, 3, 4, 6]])
+    assert not mixes_kinds(attrs, rows[[0, 1, 2, 3, 4, 6]], share=0.2)  # 1 mark of 6: under a fifth

@@ -9,6 +9,7 @@ rules when they cover its held-out words, else by what its words share (`word_se
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -71,12 +72,15 @@ def _absorb_stated_sets(rule_units: list[Tested], latent_units: list[Tested]) ->
     return left
 
 
-def _more_than_its_rules(group: Tested, rule_units: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> bool:
+def _more_than_its_rules(group: Tested, rule_units: list[Tested], attrs: WordAttributes, lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> bool:
     """Whether a latent's group is a difference beyond the kept rules nested in it: its train words
-    outside them differ too (`findings.adds_the_difference`). 'heart' and 'eyes' inside a group of
-    body words that all differ: one finding, said by the group. 'oliver' and 'gloster' inside a
-    group of 147 forms where Gemma is otherwise barely better: the rules are the findings, and the
-    group, whose test their words carried, is not one."""
+    outside them differ too (`findings.adds_the_difference`), and, when the rules hold nearly all of
+    it, it is one kind of token. 'heart' and 'eyes' inside a group of body words that all differ:
+    one finding, said by the group. 'oliver' and 'gloster' inside a group of 147 forms where Gemma
+    is otherwise barely better: the rules are the findings, and the group, whose test their words
+    carried, is not one. '?' and 'thou' inside one latent's group (a planted question mark and
+    planted thou-forms, one winner): with every form a rule of the rule search, the group adds no
+    word and joins two differences a person keeps apart, a punctuation mark and words."""
     inside = [u.train_rows for u in rule_units if u.key == group.key and _nests(u.holdout_rows, group.holdout_rows, fcfg.finding_overlap)]
     if not inside:
         return True
@@ -84,7 +88,20 @@ def _more_than_its_rules(group: Tested, rule_units: list[Tested], lp_by_row: dic
     for rows in inside:
         in_rules |= in_sorted(group.train_rows, rows)
     core = group.train_rows[in_rules]
+    if in_rules.mean() >= RULE_STATES and mixes_kinds(attrs, group.train_rows):
+        return False
     return len(core) == 0 or adds_the_difference(group.train_rows, core, lp_by_row[group.pair[0]], lp_by_row[group.pair[1]], group.sign)
+
+
+# The kinds of token a person keeps apart: classes of `rules.word_class` by what they are.
+TOKEN_KINDS = {"c:punctuation": "punctuation", "c:number": "number", "c:space": "layout", "c:newline": "layout", "c:blank": "layout"}
+
+
+def mixes_kinds(attrs: WordAttributes, rows: np.ndarray, share: float = 0.2) -> bool:
+    """Whether two kinds of token (punctuation, numbers, layout, words) each make up at least `share` of `rows`."""
+    kinds = [TOKEN_KINDS.get(attrs.vocab[c], "word") for c in attrs.cls[rows].tolist()]
+    counts = Counter(kinds)
+    return sum(c >= share * len(rows) for c in counts.values()) >= 2
 
 
 def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
@@ -107,15 +124,15 @@ def _place(unit: Tested) -> tuple[str, str] | None:
 
 def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     """Units that nest (`findings.nested_groups`), and groups whose units say words in the same
-    place, for the same winner, when the place is a layout (the start of a line, after a blank
-    line) or a latent proposes or carries both: one class of words after 'my' that the SAE carries
-    with several latents ('lord' after 'my' by its own, the kin words by three others, one latent
-    among both) is one finding, and so are the words that open a verse line where one model wins.
-    A shared latent alone is not enough (one that fires wherever model B wins would join everything
-    B wins on), nor a shared left word or class alone ("'not' after an auxiliary" and a verb after
-    one are different differences unless a latent carries both). A layout joins without a latent
-    because the demo's SAE gives each line-opening form its own latent, and the latents firing on
-    all of them fire on two thirds of all words (docs/findings.md)."""
+    place for the same winner, when the place is a layout (the start of a line, after a blank
+    line) or one named word before ('lord', 'mother' and 'master' right after 'my'), or when a
+    latent proposes or carries both: the words that open a verse line where one model wins are one
+    finding. A shared latent alone is not enough (one that fires wherever model B wins would join
+    everything B wins on), nor a shared left class alone ("'not' after an auxiliary" and a verb after
+    one are different differences unless a latent carries both). A layout or a word joins without a
+    latent because the demo's SAE gives each line-opening form its own latent, and the latents
+    firing on all of them fire on two thirds of all words; on the planted corpus the kin words
+    after 'my' came back as four findings so (docs/findings.md)."""
     groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
     uf = UnionFind(len(groups))
     first_with: dict[tuple, int] = {}
@@ -124,7 +141,7 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
             place = _place(units[i])
             if place is None:
                 continue
-            joiners = {LAYOUT} if place[0] == "layout" else {*units[i].latents, *units[i].carriers}
+            joiners = {PLACE} if place[0] in PLACES_THAT_JOIN else {*units[i].latents, *units[i].carriers}
             for joiner in joiners:
                 uf.union(gi, first_with.setdefault((units[i].key, place, joiner), gi))
     merged: dict[int, list[int]] = {}
@@ -133,7 +150,10 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
 
 
-LAYOUT = "layout"  # what joins units of one layout place in `finding_groups`, in place of a latent
+PLACE = "place"  # what joins units of one such place in `finding_groups`, in place of a latent
+# Places that join alone: a layout, or one named word before ('lord' and 'mother' right after 'my').
+# A class before ("after an auxiliary", "after punctuation") is too broad to: it needs a latent.
+PLACES_THAT_JOIN = ("layout", "form")
 
 
 def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> list[Tested]:
@@ -153,7 +173,9 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
     for u, carriers in zip(units, carrying_latents(units, top, sorted(column), fcfg.rule_min_share)):
         u.carriers = [m for m in carriers if m not in u.latents]
         u.place = unit_place(u, inputs.attrs)
-    sets = [s for s in _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"]) if _more_than_its_rules(s, units, inputs.lp_by_row, fcfg)]
+    sets = [
+        s for s in _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"]) if _more_than_its_rules(s, units, inputs.attrs, inputs.lp_by_row, fcfg)
+    ]
     for s in sets:
         s.place = unit_place(s, inputs.attrs)
     return units + sets
