@@ -196,8 +196,8 @@ STAGES: list[Stage] = [
         # the grammar is a candidate (features.rule_search); rules of one place that a latent carries
         # join; the rule-search baseline is recorded. 8: a finding said by a member's word set keeps
         # that set's exclusions. 9: a left word joins like a layout; a latent's group that rules hold
-        # and that mixes punctuation and words is not kept.
-        version={"findings": 9},
+        # and that mixes punctuation and words is not kept. 10: a place joins one kind of token.
+        version={"findings": 10},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,

@@ -111,8 +111,9 @@ def test_an_llm_names_a_latent_finding_and_its_name_is_tested_on_held_out_words(
 
 def test_units_in_one_left_context_with_a_latent_in_common_are_one_finding():
     """'lord' after 'my' (its own latent and a broad one) and the kin words after 'my' (three
-    others and the same broad one) are one finding; the broad latent alone does not bring in '?',
-    the same place without a shared latent or for the other winner stays apart."""
+    others and the same broad one) are one finding; the broad latent alone does not bring in '?';
+    one named word before joins without a shared latent too (`finding_groups`), but never across
+    winners."""
     from bbox_sae.features.candidates import Tested
     from bbox_sae.features.rules import Rule
     from bbox_sae.features.tested_findings import finding_groups
@@ -132,4 +133,4 @@ def test_units_in_one_left_context_with_a_latent_in_common_are_one_finding():
         unit([999], 30, word_set=kin),
         unit([405], 40, sign=-1, rule=Rule("form", "f:lady", "form", "f:my")),
     ]
-    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4]]
+    assert finding_groups(units, 0.5) == [[0, 1, 3], [2], [4]]

@@ -9,10 +9,21 @@ from bbox_sae.features.rules import Rule, canonical_place, describe_rules, word_
 from bbox_sae.features.tested_findings import finding_groups
 
 
-def _unit(rule, start, carriers=(), sign=-1, members=(), place=None):
+def _unit(rule, start, carriers=(), sign=-1, members=(), place=None, token_kind="word"):
     rows = np.arange(start, start + 10)
     return candidates.Tested(
-        "rule", ("a", "b"), sign, [], rows, rows, rule=rule, searched=True, members=members or (rule,), carriers=list(carriers), place=place
+        "rule",
+        ("a", "b"),
+        sign,
+        [],
+        rows,
+        rows,
+        rule=rule,
+        searched=True,
+        members=members or (rule,),
+        carriers=list(carriers),
+        place=place,
+        token_kind=token_kind,
     )
 
 
@@ -47,8 +58,9 @@ def test_a_layout_or_a_left_word_joins_rules_of_one_winner_and_a_left_class_only
         _unit(Rule("form", "f:go", "class", "c:auxiliary"), 60, carriers=[8], place=after_aux),  # no latent in common
         _unit(Rule("form", "f:lord", "form", "f:my"), 70, carriers=[1], place=("form", "f:my")),
         _unit(Rule("form", "f:mother", "form", "f:my"), 80, place=("form", "f:my")),  # one named word before: no latent needed
+        _unit(Rule("form", "f:?", "form", "f:my"), 90, place=("form", "f:my"), token_kind="punctuation"),  # another kind of token
     ]
-    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4, 5], [6], [7, 8]]
+    assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4, 5], [6], [7, 8], [9]]
 
 
 def test_many_forms_of_one_place_are_said_once_most_frequent_first():

@@ -43,6 +43,7 @@ class Tested:
     members: tuple[Rule, ...] = ()
     carriers: list[int] = field(default_factory=list)
     place: tuple[str, str] | None = None
+    token_kind: str | None = None  # what most of its words are: punctuation, number, layout or word
 
     @property
     def key(self) -> tuple:

@@ -97,11 +97,19 @@ def _more_than_its_rules(group: Tested, rule_units: list[Tested], attrs: WordAtt
 TOKEN_KINDS = {"c:punctuation": "punctuation", "c:number": "number", "c:space": "layout", "c:newline": "layout", "c:blank": "layout"}
 
 
+def _kinds(attrs: WordAttributes, rows: np.ndarray) -> Counter:
+    return Counter(TOKEN_KINDS.get(attrs.vocab[c], "word") for c in attrs.cls[rows].tolist())
+
+
 def mixes_kinds(attrs: WordAttributes, rows: np.ndarray, share: float = 0.2) -> bool:
     """Whether two kinds of token (punctuation, numbers, layout, words) each make up at least `share` of `rows`."""
-    kinds = [TOKEN_KINDS.get(attrs.vocab[c], "word") for c in attrs.cls[rows].tolist()]
-    counts = Counter(kinds)
-    return sum(c >= share * len(rows) for c in counts.values()) >= 2
+    return sum(c >= share * len(rows) for c in _kinds(attrs, rows).values()) >= 2
+
+
+def token_kind(attrs: WordAttributes, rows: np.ndarray) -> str | None:
+    """The kind of token most of `rows` are."""
+    kinds = _kinds(attrs, rows)
+    return kinds.most_common(1)[0][0] if kinds else None
 
 
 def _nests(a: np.ndarray, b: np.ndarray, share: float) -> bool:
@@ -143,7 +151,8 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
                 continue
             joiners = {PLACE} if place[0] in PLACES_THAT_JOIN else {*units[i].latents, *units[i].carriers}
             for joiner in joiners:
-                uf.union(gi, first_with.setdefault((units[i].key, place, joiner), gi))
+                # Of one kind of token: "'?' right after 'thou'" and "'thy' right after 'thou'" say two differences.
+                uf.union(gi, first_with.setdefault((units[i].key, place, joiner, units[i].token_kind), gi))
     merged: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         merged.setdefault(uf.find(i), []).extend(g)
@@ -178,6 +187,8 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
     ]
     for s in sets:
         s.place = unit_place(s, inputs.attrs)
+    for u in units + sets:
+        u.token_kind = token_kind(inputs.attrs, u.holdout_rows)
     return units + sets
 
 
