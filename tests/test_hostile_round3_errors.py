@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from bbox_sae.cli import main
 from bbox_sae.config import CorpusConfig
 from bbox_sae.corpus.documents import corpus_fingerprint, load_documents
 from bbox_sae.errors import ConfigError
@@ -25,15 +24,9 @@ from bbox_sae.layout import RunLayout
 from bbox_sae.stages import read_manifest
 from helpers.cli import assert_one_line_error, bbox
 from helpers.fake_openai import FakeOpenAI, json_reply, user_text
-from helpers.project import TEXTS, Project, make_project
+from helpers.project import SMALL_FEATURES_RUN, TEXTS, Project, copy_of, make_project, run_through_features
 
-# A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
-# false, so that the label stage has latents to label although nothing passes on six documents.
-SMALL = {
-    "sae": {"architecture": "topk", "d_sae": 16, "k": 2, "epochs": 2, "batch_size": 16, "checkpoint_every": 2, "dead_feature_window": 2},
-    "features": {"bootstrap_samples": 50, "top_n": 5, "min_activations": 1},
-    "label": {"only_kept": False, "max_retries": 0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "api_key_env": "BBOX_TEST_UNSET_KEY"},
-}
+SMALL = SMALL_FEATURES_RUN
 
 
 @pytest.fixture()
@@ -44,15 +37,7 @@ def project(tmp_path) -> Project:
 @pytest.fixture(scope="module")
 def through_features(tmp_path_factory) -> Project:
     """One run up to `features`, copied by each test that needs it (`copy_of`)."""
-    project = make_project(tmp_path_factory.mktemp("through-features"), **SMALL)
-    assert main(["run", "-c", str(project.config), "--until", "features"]) == 0
-    return project
-
-
-def copy_of(through_features: Project, tmp_path: Path) -> RunLayout:
-    """The finished run in a new output dir (copy2 keeps the times the manifest recorded)."""
-    shutil.copytree(through_features.out, tmp_path / "out")
-    return RunLayout(tmp_path / "out")
+    return run_through_features(tmp_path_factory.mktemp("through-features"))
 
 
 def cli(capsys, command: str, project: Project, *args: str, out: Path | None = None) -> tuple[int, str]:

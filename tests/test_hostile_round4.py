@@ -31,15 +31,9 @@ from bbox_sae.layout import RunLayout
 from bbox_sae.retry import backoff_delay, retry_after_seconds
 from helpers.cli import assert_one_line_error, bbox
 from helpers.fake_openai import FakeOpenAI, Reply, json_reply, user_text
-from helpers.project import SMALL_RUN, Project, make_project
+from helpers.project import SMALL_FEATURES_RUN, SMALL_RUN, Project, copy_of, make_project, run_through_features
 
-# A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
-# false, so that the label stage has latents to label although nothing passes on six documents.
-SMALL = {
-    "sae": {"architecture": "topk", "d_sae": 16, "k": 2, "epochs": 2, "batch_size": 16, "checkpoint_every": 2, "dead_feature_window": 2},
-    "features": {"bootstrap_samples": 50, "top_n": 5, "min_activations": 1},
-    "label": {"only_kept": False, "max_retries": 0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "api_key_env": "BBOX_TEST_UNSET_KEY"},
-}
+SMALL = SMALL_FEATURES_RUN
 # ANSI colour, an OSC-8 hyperlink to another host, a cursor move, a bidirectional override.
 ESCAPES = "\x1b[31mred\x1b[0m \x1b]8;;http://evil.example/\x07click\x1b]8;;\x07 \x1b[2J\u202egnp.exe"
 
@@ -101,15 +95,7 @@ def test_a_dangling_or_looping_symlink_as_output_dir_is_named_as_such(tmp_path, 
 @pytest.fixture(scope="module")
 def through_features(tmp_path_factory) -> Project:
     """One run up to `features`, copied by each test that needs it (`copy_of`)."""
-    project = make_project(tmp_path_factory.mktemp("through-features"), **SMALL)
-    assert main(["run", "-c", str(project.config), "--until", "features"]) == 0
-    return project
-
-
-def copy_of(through_features: Project, tmp_path: Path) -> RunLayout:
-    """The finished run in a new output dir (copy2 keeps the times the manifest recorded)."""
-    shutil.copytree(through_features.out, tmp_path / "out")
-    return RunLayout(tmp_path / "out")
+    return run_through_features(tmp_path_factory.mktemp("through-features"))
 
 
 # ---------------------------------------------------------------- 3: nothing echoed holds terminal escapes
@@ -125,7 +111,7 @@ def test_the_final_summary_prints_labels_without_terminal_escapes(through_featur
     monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: [finding])
     code, err = bbox(capsys, "run", "-c", str(through_features.config), "-o", str(out.root))
     assert code == 0, err
-    summary = " ".join(err.split("1 finding(s), proposed by 2 latent(s).", 1)[1].split())  # as if not wrapped
+    summary = " ".join(err.split("1 finding(s), carried by 2 latent(s).", 1)[1].split())  # as if not wrapped
     assert summary.count("\\x1b[31mred\\x1b[0m") == 3 and summary.count("\\x1b]8;;http://evil.example/\\x07click") == 2  # model, statement, words
     assert "\\u202egnp.exe" in summary and not set(err) & {"\x1b", "\x07", "\u202e"}
     assert "latent group: \\x1b[31mred" in summary and "[bold]x[/bold]" in summary  # shown as text, not read as console markup

@@ -10,6 +10,7 @@ returned `Project` for paths (`project.paths` is the run's `RunLayout`) instead 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,3 +158,27 @@ def make_project(
     config = root / config_name
     config.write_text(yaml.safe_dump(cfg, allow_unicode=True))
     return Project(root=root, config=config, corpus=Path(cfg["corpus"]["path"]), out=Path(cfg["output_dir"]))
+
+
+# A small SAE and lenient features, so that a run through `features` takes seconds; label.only_kept
+# false, so that the label stage has latents to label although nothing passes on six documents.
+SMALL_FEATURES_RUN = {
+    "sae": {"architecture": "topk", "d_sae": 16, "k": 2, "epochs": 2, "batch_size": 16, "checkpoint_every": 2, "dead_feature_window": 2},
+    "features": {"bootstrap_samples": 50, "top_n": 5, "min_activations": 1},
+    "label": {"only_kept": False, "max_retries": 0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "api_key_env": "BBOX_TEST_UNSET_KEY"},
+}
+
+
+def run_through_features(directory: Path) -> Project:
+    """A `SMALL_FEATURES_RUN` project in `directory`, run up to `features` (a module fixture's, copied by its tests with `copy_of`)."""
+    from bbox_sae.cli import main
+
+    project = make_project(directory, **SMALL_FEATURES_RUN)
+    assert main(["run", "-c", str(project.config), "--until", "features"]) == 0
+    return project
+
+
+def copy_of(finished: Project, tmp_path: Path) -> RunLayout:
+    """The finished run in a new output dir (copy2 keeps the times the manifest recorded)."""
+    shutil.copytree(finished.out, tmp_path / "out")
+    return RunLayout(tmp_path / "out")
