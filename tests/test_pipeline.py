@@ -99,7 +99,8 @@ def test_final_summary_says_how_many_findings_it_does_not_list(monkeypatch, tmp_
     ]
     monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: rows)
     console = Console(record=True, width=200)
-    pipeline._final_summary(SimpleNamespace(paths=SimpleNamespace(findings=tmp_path / "f", report_html=tmp_path / "r.html")), console)
+    paths = SimpleNamespace(findings=tmp_path / "f", report_html=tmp_path / "r.html", rule_search=tmp_path / "rule_search.parquet")
+    pipeline._final_summary(SimpleNamespace(paths=paths), console)
     text = console.export_text()
     assert "12 finding(s)" in text and "... and 2 more" in text  # model a: 10 findings, 8 listed
     assert "'w7'" in text and "'w8'" not in text and "'w11'" in text
