@@ -1,4 +1,4 @@
-"""The `bbox` command line: one subcommand per pipeline stage, plus `run`, `sweep`, `merge`, `eval`."""
+"""The `bbox` command line: one subcommand per pipeline stage, plus `run`, `sweep`, `merge`, `findings`, `eval`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 from bbox_sae import __version__
 from bbox_sae.errors import BBoxError, printable
@@ -37,11 +38,17 @@ SWEEP_CONFIG_HELP = (
 )
 
 
-def _common(p: argparse.ArgumentParser, config_help: str = CONFIG_HELP) -> None:
+SET_HELP = "override a config field; the value is YAML (sae.k=32, models.0.window=1024 for the first model, 'compare=[[a, b]]'); repeatable"
+
+
+def _common(p: argparse.ArgumentParser, config_help: str = CONFIG_HELP, config_required: bool = False) -> None:
     _global(p, top=False)
-    p.add_argument("--config", "-c", required=True, help=config_help)
+    if config_required:
+        p.add_argument("--config", "-c", required=True, help=config_help)
+    else:
+        p.add_argument("--config", "-c", default=None, help=config_help + "; default: the config.yaml of --output-dir, a run made before")
     p.add_argument("--output-dir", "-o", default=None, help="overrides the config's output_dir")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config field, e.g. sae.k=32 (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
 
 
 def _stage_choices(what: str) -> str:
@@ -87,14 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("sweep", help="train one SAE per combination of a sweep file's sae.* values on a run's current build")
-    _common(p, SWEEP_CONFIG_HELP)
+    _common(p, SWEEP_CONFIG_HELP, config_required=True)
     p.add_argument("--features", action="store_true", help="also run the features stage on each SAE (the sweep file's `features: true`)")
     p.add_argument("--wandb-sweep-yaml", default=None, help="also write an equivalent W&B sweep YAML here")
 
     p = sub.add_parser("run", help="every stage in order, skipping those already up to date")
     _common(p)
-    p.add_argument("--force", action="append", default=[], choices=STAGE_NAMES, help=_stage_choices("redo this stage and those after it (repeatable)"))
-    p.add_argument("--until", default=None, choices=STAGE_NAMES, help=_stage_choices("stop after this stage"))
+    p.add_argument(
+        "--force", action="append", default=[], choices=STAGE_NAMES, metavar="STAGE", help=_stage_choices("redo this stage and those after it (repeatable)")
+    )
+    p.add_argument("--until", default=None, choices=STAGE_NAMES, metavar="STAGE", help=_stage_choices("stop after this stage"))
+
+    p = sub.add_parser("findings", help="print a finished run's findings: statement, winner, held-out Δlog p with its 95%% CI, n, who proposed it")
+    _global(p, top=False)
+    p.add_argument("run_dir", help="the run's output dir (runs/demo)")
+    p.add_argument("--json", action="store_true", help="one JSON object per finding instead of the table")
 
     p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
     p.add_argument("what", choices=["planted", "ablation", "coherence"], help=EVAL_HELP)
@@ -109,11 +123,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def config_path(args) -> str:
+    """--config, else the config.yaml a run saved in --output-dir: `bbox report -o runs/demo`."""
+    if args.config is not None:
+        return args.config
+    if args.output_dir is None:
+        raise BBoxError(f"{args.command}: give --config CONFIG, or --output-dir of a run made before (it holds its config.yaml)")
+    from bbox_sae.layout import RunLayout
+
+    saved = RunLayout(Path(args.output_dir)).config
+    if not saved.is_file():
+        raise BBoxError(f"{saved}: no config.yaml here, so this is not a run made before; give --config CONFIG")
+    return str(saved)
+
+
 def _load(args):
     from bbox_sae.config import check_saved_config, load_config
     from bbox_sae.config.feasibility import check_memory
 
-    cfg = load_config(args.config, args.overrides, args.output_dir)
+    cfg = load_config(config_path(args), args.overrides, args.output_dir)
     # Before any command takes the lock or writes: every command saves its config there.
     check_saved_config(cfg)
     check_memory(cfg, trains=args.command in ("run", "train", "eval"), extracts=args.command in ("run", "features", "eval"))
@@ -142,6 +170,11 @@ def dispatch(args) -> int:
     from bbox_sae.config import ensure_output_dir, save_resolved
 
     cmd = args.command
+    if cmd == "findings":
+        from bbox_sae.pipeline import print_findings
+
+        print_findings(Path(args.run_dir), as_json=args.json)
+        return 0
     if cmd == "sweep":
         from bbox_sae.train.sweep import run_sweep
 

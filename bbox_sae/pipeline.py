@@ -20,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
-from bbox_sae.errors import LockError, printable
+from bbox_sae.errors import BBoxError, LockError, printable
 from bbox_sae.layout import RunLayout
 from bbox_sae.schemas import latent_ids
 from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness, writes_nothing
@@ -133,28 +133,55 @@ def shown(text: str) -> str:
 
 
 def _final_summary(cfg: Config, console) -> None:
+    _print_findings(cfg.paths, console, _SUMMARY_ROWS)
+    console.print(f"\nReport: {shown(str(cfg.paths.report_html.resolve()))}")
+
+
+def print_findings(run_dir: Path, as_json: bool = False) -> None:
+    """`bbox findings RUN`: every finding of a finished run, as the run's summary says them."""
+    from rich.console import Console
+
+    from bbox_sae.labeling.finding_statements import labeled_findings
+
+    paths = RunLayout(run_dir)
+    if not paths.findings.is_file():
+        raise BBoxError(f"{paths.findings}: no findings table here; run `bbox run` (or `bbox features`) for this run first")
+    if as_json:
+        for f in labeled_findings(paths):
+            print(json.dumps({k: f.get(k) for k in FINDING_FIELDS}, default=str))
+        return
+    _print_findings(paths, Console(highlight=False), limit=None)
+
+
+# What `bbox findings --json` says of each finding (the full rows are findings.parquet).
+FINDING_FIELDS = (
+    "finding", "statement", "better_model", "model_a", "model_b", "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high",
+    "holdout_n", "q_value", "proposer", "kind", "single_rule", "top_words",
+)  # fmt: skip
+
+
+def _print_findings(paths: RunLayout, console, limit: int | None) -> None:
     from bbox_sae.labeling.finding_statements import labeled_findings
     from bbox_sae.report.finding_inputs import against_search
 
-    findings = labeled_findings(cfg.paths)
+    findings = labeled_findings(paths)
     n_latents = len({m for f in findings for m in latent_ids(f["latents"])})
     console.print(f"\n{len(findings)} finding(s), carried by {n_latents} latent(s).")
-    against = against_search(cfg.paths, findings)
+    against = against_search(paths, findings)
     if against:
         console.print(shown(against))
     by_model: dict[str, list[dict]] = {}
     for f in findings:
         by_model.setdefault(f["better_model"], []).append(f)
     for model, rows in sorted(by_model.items()):
-        console.print(f"\nWhere [bold]{shown(model)}[/bold] is better (held-out Δlog p, 95% CI):")
-        for f in rows[:_SUMMARY_ROWS]:
+        console.print(f"\nWhere [bold]{shown(model)}[/bold] is better (held-out Δlog p, 95% CI, held-out words):")
+        for f in rows[:limit]:
             label = f["statement"] or f["top_words"]
             if f.get("kind") == "latent":
                 label = f"latent group: {label}"
             console.print(
                 f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  "
-                f"{shown(label)}  ({shown(f['top_words'][:40])})"
+                f"n={f['holdout_n']:<4} {shown(label)}  ({shown(f['top_words'][:40])})"
             )
-        if len(rows) > _SUMMARY_ROWS:
-            console.print(f"  ... and {len(rows) - _SUMMARY_ROWS} more (report.md, report.html)")
-    console.print(f"\nReport: {shown(str(cfg.paths.report_html.resolve()))}")
+        if limit is not None and len(rows) > limit:
+            console.print(f"  ... and {len(rows) - limit} more (report.md, report.html, `bbox findings {shown(str(paths.root))}`)")

@@ -359,6 +359,15 @@ def test_no_holdout_documents_says_why_nothing_will_be_kept(project, capsys, cap
 # ---------------------------------------------------------------- smaller promises
 
 
+def test_a_finished_runs_own_config_serves_when_no_config_is_given(project, capsys):
+    """`bbox report -o runs/demo` on a run made before: its saved config.yaml is the config."""
+    assert run_until(capsys, project)[0] == 0
+    code, err = bbox(capsys, "build", "-o", str(project.out))
+    assert code == 0, err
+    assert_one_line_error(*bbox(capsys, "build"), "--config", "--output-dir")
+    assert_one_line_error(*bbox(capsys, "build", "-o", str(project.root / "nowhere")), "config.yaml", "nowhere")
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])

@@ -105,7 +105,7 @@ def test_the_final_summary_prints_labels_without_terminal_escapes(through_featur
     """`bbox run`'s summary printed an LLM label's ANSI colours and OSC-8 link to the terminal."""
     out = copy_of(through_features, tmp_path)
     finding = {"finding": 0, "better_model": f"a{ESCAPES}", "latents": "1,2", "kind": "latent", "statement": f"{ESCAPES} [bold]x[/bold]"}
-    finding |= {"top_words": f"{ESCAPES} w", "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5}
+    finding |= {"top_words": f"{ESCAPES} w", "holdout_median_dlogp": 1.0, "holdout_ci_low": 0.5, "holdout_ci_high": 1.5, "holdout_n": 7}
     assert bbox(capsys, "run", "-c", str(through_features.config), "-o", str(out.root))[0] == 0
     # Every stage is up to date now: the next run only prints the summary, of these findings.
     monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: [finding])

@@ -94,14 +94,43 @@ def test_final_summary_says_how_many_findings_it_does_not_list(monkeypatch, tmp_
             "holdout_median_dlogp": 1.0,
             "holdout_ci_low": 0.5,
             "holdout_ci_high": 1.5,
+            "holdout_n": 20 + i,
         }
         for i in range(12)
     ]
     monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: rows)
     console = Console(record=True, width=200)
-    paths = SimpleNamespace(findings=tmp_path / "f", report_html=tmp_path / "r.html", rule_search=tmp_path / "rule_search.parquet")
+    paths = SimpleNamespace(root=tmp_path, findings=tmp_path / "f", report_html=tmp_path / "r.html", rule_search=tmp_path / "rule_search.parquet")
     pipeline._final_summary(SimpleNamespace(paths=paths), console)
     text = console.export_text()
     assert "12 finding(s)" in text and "... and 2 more" in text  # model a: 10 findings, 8 listed
     assert "'w7'" in text and "'w8'" not in text and "'w11'" in text
     assert "latent group: 'w0'" in text and "latent group: 'w1'" not in text
+    assert "n=27" in text and f"bbox findings {tmp_path}" in text
+
+    # `bbox findings RUN` lists every one of them, or prints them as JSON lines.
+    from bbox_sae.cli import main
+    from bbox_sae.layout import RunLayout
+
+    RunLayout(tmp_path).findings.write_bytes(b"")  # read through the patched labeled_findings
+    console = Console(record=True, width=200)
+    monkeypatch.setattr("rich.console.Console", lambda **kw: console)
+    assert main(["findings", str(tmp_path)]) == 0
+    listed = console.export_text()
+    assert all(f"'w{i}'" in listed for i in range(12)) and "more" not in listed
+
+
+def test_bbox_findings_prints_json_lines_and_refuses_a_folder_without_findings(monkeypatch, tmp_path, capsys):
+    from bbox_sae.cli import main
+    from bbox_sae.labeling import finding_statements
+    from bbox_sae.layout import RunLayout
+
+    assert main(["findings", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "findings.parquet" in err and "bbox run" in err
+    row = {"finding": 0, "statement": "'w'", "better_model": "a", "holdout_median_dlogp": 1.5, "holdout_n": 9, "latents": "", "extra": 1}
+    monkeypatch.setattr(finding_statements, "labeled_findings", lambda paths: [row])
+    RunLayout(tmp_path).findings.write_bytes(b"")
+    assert main(["findings", str(tmp_path), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["statement"] == "'w'" and printed["holdout_n"] == 9 and "extra" not in printed

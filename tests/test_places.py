@@ -63,6 +63,35 @@ def test_a_layout_or_a_left_word_joins_rules_of_one_winner_and_a_left_class_only
     assert finding_groups(units, 0.5) == [[0, 1], [2], [3], [4, 5], [6], [7, 8], [9]]
 
 
+def test_one_form_after_several_left_words_of_one_winner_is_one_finding_said_once():
+    """The demo's line breaks after '?', after '!' and after '.--' (SmolLM2 better) were three
+    findings of one kind: the line a speech's sentence ends."""
+    after = {w: ("form", f"f:{w}") for w in ("?", "!", ".--", "well")}
+    units = [
+        _unit(Rule("form", "f:\n", "form", "f:?"), 0, sign=1, place=after["?"], token_kind="layout"),
+        _unit(Rule("form", "f:\n", "form", "f:!"), 10, sign=1, place=after["!"], token_kind="layout"),
+        _unit(Rule("form", "f:\n", "form", "f:.--"), 20, sign=1, place=after[".--"], token_kind="layout"),
+        _unit(Rule("form", "f:\n", "form", "f:well"), 30, sign=-1, place=after["well"], token_kind="layout"),  # the other winner
+        _unit(Rule("form", "f:,", "form", "f:well"), 40, sign=1, place=after["well"], token_kind="punctuation"),  # another form
+    ]
+    assert finding_groups(units, 0.5) == [[0, 1, 2], [3], [4]]
+    rules = [u.rule for u in units[:3]]
+    assert describe_rules(rules) == "a line break right after '?' (question mark), '!' (exclamation mark) or '.--'"
+    many = [Rule("form", "f:,", "form", f"f:{w}") for w in ("come", "marry", "well", "nay", "why", "alas")]
+    assert describe_rules(many) == "',' (comma) right after one of 6 words: 'come', 'marry', 'well', 'nay' and 2 more"
+    # One form in one place twice (a line break as class and as form) is still said by its place.
+    assert describe_rules([Rule("form", "f:then", "class", "c:newline"), Rule("form", "f:then", "form", "f:\n")]).startswith("'then' or 'then'")
+
+
+def test_a_word_most_of_whose_words_open_a_speech_is_in_that_place_whatever_its_rules_say():
+    """'leontes' (a rule of the word alone) opens a speech in most of its held-out words: it joins
+    the other speakers' names after a blank line, not a finding of its own."""
+    attrs = word_attributes([["\n\n", "LEONTES", ".", "\n", "Sir", " leontes", "\n\n", "LEONTES", ".", "\n\n", "LEONTES"]])
+    leontes = np.flatnonzero(attrs.form == attrs.code["f:leontes"])
+    unit = candidates.Tested("rule", ("a", "b"), -1, [], leontes, leontes, rule=Rule("form", "f:leontes"), members=(Rule("form", "f:leontes"),))
+    assert unit_place(unit, attrs) == ("layout", "after_blank")  # 3 of 4
+
+
 def test_many_forms_of_one_place_are_said_once_most_frequent_first():
     forms = ["then", "or", "yet", "whose", "thy", "was", "nor"]
     rules = [Rule("form", f"f:{f}", "layout", "line_start") for f in forms]

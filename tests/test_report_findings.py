@@ -235,6 +235,11 @@ def test_forest_plot_has_one_mark_per_finding_sorted_and_coloured_by_winner(run)
     assert len(xs) == len(findings) and list(xs) == sorted(f["holdout_median_dlogp"] for f in findings) and list(ys) == list(range(len(findings)))
     colors = {tuple(c) for c in marks.get_facecolors()}
     assert len(colors) == len({f["better_model"] for f in findings})
+    # Each row says its whole statement and its n; the axis says its unit.
+    shown = [" ".join(t.get_text().split()) for t in fig.axes[0].get_yticklabels()]
+    by_delta = sorted(findings, key=lambda f: f["holdout_median_dlogp"])
+    assert shown == [f"#{f['finding']} {' '.join(f['statement'].split())} (n = {f['holdout_n']})" for f in by_delta]
+    assert "(nats)" in fig.axes[0].get_xlabel()
     png = paths.report_md.parent / "report-forest.png"
     assert str(png) in result["charts"] and "](report-forest.png)" in md.split("## Per domain", 1)[0]
     inline = re.search(r'<figure id="forest-plot"><img [^>]*src="data:image/png;base64,([^"]+)"', page).group(1)
@@ -252,6 +257,11 @@ def test_domain_chart_shows_perplexity_and_delta_per_domain(run, tmp_path):
         assert list(points.get_offsets()[:, 0]) == [stats["domains"][d]["models"][model]["perplexity"] for d in ("web", "books")]
     bars = [p.get_width() for p in delta_ax.patches]
     assert bars == pytest.approx([-0.2, 0.4])
+    labels = [t.get_text() for t in ppl_ax.get_yticklabels()]
+    assert all(
+        label.startswith(d) and (f"({stats['domains'][d]['words']:,} words)" in label) == bool(stats["domains"][d].get("words"))
+        for label, d in zip(labels, ("web", "books"))
+    )
     assert md.index("](report-domains.png)") > md.index("## Per domain") and '<figure id="domain-chart">' in page
     assert domains_figure(corpus_stats()) is None
 

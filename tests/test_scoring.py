@@ -206,9 +206,12 @@ def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
 
     path = str(tiny_lm(kind, layers=4))
     model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
-    ref = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8), DOCS)
+    fp32 = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8)
+    ref = _words(fp32, DOCS)
     model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
     mixed = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, bf16_matmuls=True, head="refined")
+    # What the run records (scoring stats) of how it scored: `dtype: auto` resolves by host.
+    assert (fp32.precision, mixed.precision) == ("float32; head model; cpu", "mixed: bf16 matmuls, fp32 elsewhere; head refined; cpu")
     layers = decoder_layers(model)
     for i, layer in enumerate(layers):
         linears = [m for m in layer.modules() if isinstance(m, (torch.nn.Linear, Bf16Linear))]
@@ -223,7 +226,9 @@ def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
     assert 0 < np.median(err) < 0.05  # bf16 rounding happened, and stayed small
 
     model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
-    bf16 = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head="refined"), DOCS)
+    bf16_scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head="refined")
+    assert bf16_scorer.precision == "bfloat16; head refined; cpu"
+    bf16 = _words(bf16_scorer, DOCS)
     assert np.median(err) < np.median(np.abs(bf16 - ref))  # a bf16 residual stream loses more
 
 

@@ -75,6 +75,23 @@ def test_context_groups_keep_a_class_whole_and_unrelated_words_apart(fit_words, 
     assert len(set(labels[:120])) == 1 and len(set(labels[120:])) == 1 and labels[0] != labels[120]
 
 
+def test_context_groups_of_contexts_without_direction_are_groups_not_a_scipy_error():
+    """Issue 41 item 14: `build.output_feature_weight: 1` makes every context vector zero, and
+    scipy's cosine linkage failed on the NaN distances; repeated contexts leave k-means clusters
+    empty, whose centroids had no direction either."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    rows = np.arange(40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert set(context_groups(np.zeros((40, 8)), rows, seed=0)) <= set(range(40))
+        repeated = np.repeat(np.eye(8)[:2], 20, axis=0)  # two distinct contexts, more clusters asked for
+        labels = context_groups(repeated, rows, seed=0)
+    assert len(set(labels[:20])) == 1 and len(set(labels[20:])) == 1 and labels[0] != labels[20]
+
+
 @given(st.integers(1, 300), st.integers(1, 40), st.integers(0, 2**31 - 1))
 @settings(max_examples=40, deadline=None)
 def test_coherence_read_in_parts_is_the_coherence_of_all_rows(n_rows, fit_words, seed):

@@ -1,10 +1,12 @@
 """Recovery of the planted rules and the false-discovery rate of a run's findings.
 
 - A rule is **recovered** when some kept finding's top words are >= 80% that rule's words and
-  its better model is the one the planted Δ favours. Per rule: the best precision (share of a
-  finding's top words from the rule), that finding's recall (share of the rule's *holdout* words
-  on which one of its latents fires) and `splits` (right-signed findings whose top words are at
-  least half that rule).
+  its better model is the one the planted Δ favours. Per rule, the finding matched to it: of the
+  findings that recover it, the one covering most of the rule's *holdout* words (its recall), else
+  the one with the best precision (share of a finding's top words from the rule); and `splits`
+  (right-signed findings whose top words are at least half that rule). A rule split in two (the
+  thou-forms as "'thou' or 'thy' or 'thee'", 384 held-out words, and "'thine'", 18) is matched to
+  the part a reader finds it by, and the split is counted.
 - **FDR**: share of kept findings whose top words are < 50% planted (any rule).
 """
 
@@ -25,6 +27,14 @@ from bbox_sae.schemas import latent_ids
 
 RECOVERED_SHARE = 0.8
 SPURIOUS_SHARE = 0.5
+
+
+def match_rank(precision: float, recall: float) -> tuple[bool, float]:
+    """How well a finding matches a planted rule, to take the best: one that recovers it (precision
+    >= `RECOVERED_SHARE`) before one that does not; among those that do, the higher recall; among
+    the rest, the higher precision."""
+    recovers = precision >= RECOVERED_SHARE
+    return recovers, recall if recovers else precision
 
 
 def rows_to_words(words: pa.Table, run_dir: Path) -> np.ndarray:
@@ -109,17 +119,18 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
             if f["better_model"] != winner:
                 continue
             best["splits"] += share[r.name] >= SPURIOUS_SHARE
-            if share[r.name] > best["precision"]:
-                if by_rule:
-                    recall = float(np.isin(np.flatnonzero(rule_holdout), words_of[findings.index(f)]).mean()) if rule_holdout.any() else 0.0
-                else:
-                    recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
+            if by_rule:
+                recall = float(np.isin(np.flatnonzero(rule_holdout), words_of[findings.index(f)]).mean()) if rule_holdout.any() else 0.0
+            else:
+                recall = float(fires[np.ix_(rule_holdout, [column[m] for m in ms])].any(axis=1).mean()) if rule_holdout.any() else 0.0
+            recovers = share[r.name] >= RECOVERED_SHARE
+            if match_rank(share[r.name], recall) > match_rank(best["precision"], best["recall"]):
                 scores = [detection[m] for m in ms if m in detection]
                 best.update(
                     precision=share[r.name],
                     recall=recall,
                     finding=f["finding"],
-                    recovered=share[r.name] >= RECOVERED_SHARE,
+                    recovered=recovers,
                     label=f["statement"],
                     kind=f.get("kind"),
                     statement_source=f.get("statement_source"),

@@ -98,7 +98,7 @@ def context_groups(context: np.ndarray, rows: np.ndarray, seed: int) -> np.ndarr
     if len(rows) <= FIT_WORDS:
         unit = _unit(np.asarray(context[rows], dtype=np.float32))
         labels = kmeans.fit(unit).labels_
-        centroids = np.stack([unit[labels == c].mean(axis=0) for c in range(k)])
+        centroids = (np.eye(k)[labels].T @ unit) / np.maximum(np.bincount(labels, minlength=k), 1)[:, None]  # an empty cluster: zero
     else:
         sample = np.sort(np.random.default_rng(seed).choice(rows, size=FIT_WORDS, replace=False))
         kmeans.fit(_unit(np.asarray(context[sample], dtype=np.float32)))
@@ -108,8 +108,23 @@ def context_groups(context: np.ndarray, rows: np.ndarray, seed: int) -> np.ndarr
             part = labels[s : s + len(unit)] = kmeans.predict(unit)
             sums += np.eye(k)[part].T @ unit
         centroids = sums / np.maximum(np.bincount(labels, minlength=k), 1)[:, None]
-    joined = fcluster(linkage(_unit(centroids), method="average", metric="cosine"), t=1 - GROUP_COSINE, criterion="distance")
+    joined = fcluster(linkage(_cosine_distances(centroids), method="average"), t=1 - GROUP_COSINE, criterion="distance")
     return joined[labels] - 1
+
+
+def _cosine_distances(centroids: np.ndarray) -> np.ndarray:
+    """Condensed cosine distances between centroids, a centroid with no direction (an empty
+    cluster, or context vectors that are all zero: `build.output_feature_weight: 1` leaves the
+    context part zero) at distance 1 from every other: nothing joins it, where scipy's own cosine
+    gave NaN and linkage failed."""
+    from scipy.spatial.distance import squareform
+
+    unit = _unit(np.nan_to_num(np.asarray(centroids, dtype=np.float64)))
+    distances = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
+    pointless = np.linalg.norm(unit, axis=1) == 0
+    distances[pointless, :] = distances[:, pointless] = 1.0
+    np.fill_diagonal(distances, 0.0)
+    return squareform(distances, checks=False)
 
 
 def context_coherence(context: np.ndarray, rows: np.ndarray) -> float:

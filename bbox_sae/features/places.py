@@ -27,13 +27,12 @@ def _specificity(place: tuple[str, str]) -> int:
 
 def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple[str, str] | None:
     """The most specific place that holds for at least `share` of the unit's held-out words, among
-    its rules' places (and, for a latent's group, its left context and the two layouts): 'gloster'
-    (any) with 'gloster' after a blank line, most of its words, is after a blank line."""
+    its rules' places, a latent's group's left context and the two layouts: 'gloster' (any), most
+    of whose words open a speech, is after a blank line, beside the other speakers' names."""
     candidates = {canonical_place(rule) for rule in unit.members or ((unit.rule,) if unit.rule is not None else ())}
-    if unit.word_set is not None:
-        if unit.word_set.left is not None:
-            candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
-        candidates |= {("layout", "line_start"), ("layout", "after_blank")}
+    if unit.word_set is not None and unit.word_set.left is not None:
+        candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
+    candidates |= {("layout", "line_start"), ("layout", "after_blank")}
     places = {p for p in candidates if p is not None and len(unit.holdout_rows) and Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share}
     return min(places, key=lambda p: (_specificity(p), p)) if places else None
 

@@ -140,7 +140,8 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     one are different differences unless a latent carries both). A layout or a word joins without a
     latent because the demo's SAE gives each line-opening form its own latent, and the latents
     firing on all of them fire on two thirds of all words; on the planted corpus the kin words
-    after 'my' came back as four findings so (docs/findings.md)."""
+    after 'my' came back as four findings so (docs/findings.md). One form right after several named
+    words joins the same way: the demo's line breaks after '?', '!' and '.--' were three findings."""
     groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
     uf = UnionFind(len(groups))
     first_with: dict[tuple, int] = {}
@@ -150,9 +151,14 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
             if place is None:
                 continue
             joiners = {PLACE} if place[0] in PLACES_THAT_JOIN else {*units[i].latents, *units[i].carriers}
-            for joiner in joiners:
-                # Of one kind of token: "'?' right after 'thou'" and "'thy' right after 'thou'" say two differences.
-                uf.union(gi, first_with.setdefault((units[i].key, place, joiner, units[i].token_kind), gi))
+            places = [place]
+            head = units[i].rule
+            if place[0] == "form" and head is not None and head.word_kind == "form":
+                places.append(("after a form", head.word_value))  # a line break after '?', after '!'
+            for where in places:
+                for joiner in joiners:
+                    # Of one kind of token: "'?' right after 'thou'" and "'thy' right after 'thou'" say two differences.
+                    uf.union(gi, first_with.setdefault((units[i].key, where, joiner, units[i].token_kind), gi))
     merged: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         merged.setdefault(uf.find(i), []).extend(g)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import textwrap
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from matplotlib.figure import Figure
 from bbox_sae.artifacts import atomic_write_bytes
 
 PALETTE = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b7791f", "#c53030"]
-LABEL_CHARS = 60  # statements longer than this are cut in the forest plot's labels
+LABEL_CHARS = 70  # the forest plot's labels wrap at this width; a domain's name is cut there
 PLOT_STYLE = {"text.parse_math": False, "font.size": 9}
 # The PNG files written next to report.md (and logged to W&B).
 from bbox_sae.layout import REPORT_DOMAINS_PNG as DOMAINS_PNG  # noqa: E402
@@ -27,8 +28,17 @@ from bbox_sae.layout import REPORT_FOREST_PNG as FOREST_PNG  # noqa: E402
 
 
 def _short(text: str) -> str:
+    """A domain's name on one line of the per-domain chart."""
     text = " ".join(str(text).split())
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def _row_label(finding: dict) -> str:
+    """A forest row's label: the finding's number, its whole statement (wrapped, never cut: a cut
+    statement says less than the finding) and its held-out n."""
+    statement = " ".join(str(finding.get("statement") or finding.get("rule") or "").split())
+    n = finding.get("holdout_n")
+    return textwrap.fill(f"#{finding['finding']} {statement}" + (f" (n = {n})" if n is not None else ""), LABEL_CHARS)
 
 
 def model_colors(models: list[str]) -> dict[str, str]:
@@ -39,9 +49,11 @@ def forest_figure(findings: list[dict], models: list[str]) -> Figure:
     """One row per finding: its held-out median Δlog p (first model of its pair minus the second)
     and 95% CI, coloured by the better model, sorted by Δ, labelled by number and statement."""
     rows = sorted(findings, key=lambda f: f["holdout_median_dlogp"])
+    labels = [_row_label(f) for f in rows]
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
     colors = model_colors(models)
     with matplotlib.rc_context(PLOT_STYLE):
-        fig = Figure(figsize=(10, 1.4 + 0.28 * len(rows)), layout="constrained")
+        fig = Figure(figsize=(11, 1.4 + (0.1 + 0.18 * lines) * len(rows)), layout="constrained")
         ax = fig.add_subplot()
         for y, f in enumerate(rows):
             lo, hi = f["holdout_ci_low"], f["holdout_ci_high"]
@@ -56,10 +68,10 @@ def forest_figure(findings: list[dict], models: list[str]) -> Figure:
             gid="findings",
         )
         ax.axvline(0, color="#333", linestyle="--", linewidth=0.8)
-        ax.set_yticks(range(len(rows)), [f"#{f['finding']} {_short(f.get('statement') or f.get('rule') or '')}" for f in rows])
+        ax.set_yticks(range(len(rows)), labels, fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)
         pairs = sorted({f"log p({f['model_a']}) − log p({f['model_b']})" for f in rows})
-        ax.set_xlabel(f"held-out median Δlog p and 95% CI\nΔ = {'; '.join(pairs)} (> 0: the first is better)")
+        ax.set_xlabel(f"held-out median Δlog p (nats) and 95% CI\nΔ = {'; '.join(pairs)} (> 0: the first is better)")
         for model in sorted({f["better_model"] for f in rows}):
             ax.scatter([], [], color=colors.get(model, "#555"), label=f"{model} better")
         ax.legend(loc="lower right", fontsize=8)
@@ -96,7 +108,8 @@ def domains_figure(stats: dict) -> Figure | None:
             )
         ppl_ax.set_xscale("log")
         ppl_ax.set_xlabel("perplexity (lower is better)")
-        ppl_ax.set_yticks(ys, [_short(n) for n in names])
+        # A small work's mean rests on few words: each row says how many.
+        ppl_ax.set_yticks(ys, [_short(n) + (f" ({domains[n]['words']:,} words)" if domains[n].get("words") else "") for n in names])
         ppl_ax.legend(loc="best", fontsize=8)
         ppl_ax.grid(axis="x", color="#ddd", linewidth=0.6)
         height = 0.8 / max(len(pairs), 1)

@@ -68,10 +68,12 @@ class ScoringStats:
     seconds: float = 0.0
     retries: int = 0
     failures: int = 0
+    precision: str | None = None  # what a local model scored in: `dtype: auto` differs by host
 
     def as_dict(self) -> dict:
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         return {
+            **({"precision": self.precision} if self.precision else {}),
             "documents": self.documents,
             "tokens": self.tokens,
             "seconds": round(self.seconds, 3),

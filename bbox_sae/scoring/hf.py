@@ -111,6 +111,9 @@ class HFScorer:
         self._check_head()
         if dtype is not None and dtype != next(model.parameters()).dtype:
             model.to(dtype)
+        # What the run records of how it scored (`dtype: auto` resolves by host).
+        body = "mixed: bf16 matmuls, fp32 elsewhere" if bf16_matmuls else str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.precision = f"{body}; head {head}; {self.device.type}"
         if bf16_matmuls:
             use_bf16_matmuls(model)
             if head == "refined":

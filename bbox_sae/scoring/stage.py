@@ -163,6 +163,7 @@ def _finish(stats: ScoringStats, scorer: Scorer, start: float) -> dict:
     stats.seconds = time.perf_counter() - start
     stats.retries = getattr(scorer, "retries", 0)
     stats.failures = getattr(scorer, "failures", 0)
+    stats.precision = getattr(scorer, "precision", None)
     return stats.as_dict()
 
 
@@ -170,6 +171,7 @@ def throughput_line(name: str, d: dict) -> str:
     return (
         f"score {name}: {d['documents']} documents, {d['tokens']} tokens in {d['seconds']:.1f} s "
         f"({d['tokens_per_s']:.1f} tokens/s), {d['retries']} retries, {d['failures']} failures"
+        + (f"; scored in {d['precision']}" if d.get("precision") else "")
     )
 
 
