@@ -456,6 +456,23 @@ def test_wandb_rerun_updates_the_same_run(offline_runs):
     assert run_dirs == [Path(second["wandb_dir"])]
 
 
+def test_wandb_run_carries_the_findings_tables_and_each_sae_as_artifacts(tmp_path):
+    """A user on a GPU box pulls the SAE and the findings from W&B: tables alone were not enough."""
+    out = build_output_dir(tmp_path / "run")
+    sae_run = RunLayout(out).sae_run("batchtopk-d64-k4")
+    sae_run.root.mkdir(parents=True)
+    sae_run.metrics.write_text(json.dumps({"holdout": {"explained_variance": 0.91}}))
+    sae_run.weights.write_bytes(b"weights")
+    sae_run.sae_config.write_text("{}")
+    result = run_report(report_config(out, mode="offline"))
+    (log,) = Path(result["wandb_dir"]).glob("*.wandb")
+    raw = log.read_bytes()
+    assert b"sae-batchtopk-d64-k4" in raw and b"run-findings" in raw
+    for name in ("findings.parquet", "finding_words.parquet", "features.parquet", "sae_weights.safetensors", "cfg.json"):
+        assert name.encode() in raw, name
+    assert b"explained_variance" in raw  # the SAE's metrics ride with it
+
+
 def test_findings_come_first_in_every_summary(report, offline_runs):
     out, _, page = report
     md = RunLayout(out).report_md.read_text(encoding="utf-8")

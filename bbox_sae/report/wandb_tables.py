@@ -1,6 +1,7 @@
 """The report's W&B run: feature, kept-feature, findings, corpus and SAE tables, and the forest
 plot and per-domain chart as one image each (not a panel per latent, which floods a workspace at
-thousands of latents). Every cell is plain text or a number, so each column sorts and filters."""
+thousands of latents). Every cell is plain text or a number, so each column sorts and filters.
+The findings' Parquet tables and each trained SAE go up as artifacts."""
 
 from __future__ import annotations
 
@@ -124,9 +125,42 @@ def log_wandb(cfg: Config, inputs: ReportInputs, charts: Charts) -> dict:
                 payload[key] = wandb.Image(str(path))
         run.log(payload)
         run.summary.update(_summary(inputs))
+        _log_artifacts(run, cfg, inputs)
         run_id, sync_dir = run.id, Path(run.settings.sync_dir)
     drop_superseded_run_dirs(sync_dir, run_id)
     return {"wandb_run": run_id, "wandb_dir": str(sync_dir)}
+
+
+def artifact_name(text: str) -> str:
+    """A W&B artifact name (letters, digits, '-', '_', '.') for a run or SAE name."""
+    return re.sub(r"[^\w.-]", "_", text)
+
+
+def _log_artifacts(run, cfg: Config, inputs: ReportInputs) -> None:
+    """The findings' tables as one `findings` artifact, and each trained SAE as a `model` artifact
+    with its metrics: what a user on a GPU box browses and pulls from W&B (`run.use_artifact`)."""
+    import wandb
+
+    paths = cfg.paths
+    tables = wandb.Artifact(
+        artifact_name(f"{paths.root.resolve().name}-findings"),
+        type="findings",
+        description="findings.parquet, finding_words.parquet, rule_search.parquet and features.parquet (docs/artifacts.md)",
+        metadata={"findings": len(inputs.findings), "features": len(inputs.features)},
+    )
+    for path in (paths.findings, paths.finding_words, paths.rule_search, paths.features):
+        if path.is_file():
+            tables.add_file(str(path))
+    run.log_artifact(tables)
+    for name, metrics in inputs.sae_runs.items():
+        sae = paths.sae_run(name)
+        if not sae.weights.is_file():
+            continue
+        model = wandb.Artifact(artifact_name(f"sae-{name}"), type="model", description="sae-lens SAE (load with SAE.load_from_disk)", metadata=metrics)
+        for path in (sae.weights, sae.sae_config, sae.metrics):
+            if path.is_file():
+                model.add_file(str(path))
+        run.log_artifact(model)
 
 
 def drop_superseded_run_dirs(current: Path, run_id: str) -> None:
