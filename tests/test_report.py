@@ -301,6 +301,7 @@ def test_html_header_shows_corpus_level_numbers(report):
     _, _, page = report
     header = page.split("</header>", 1)[0]
     assert 'id="n-documents">12<' in header and 'id="n-words">1,000<' in header
+    assert 'data-sort="pair"' not in page  # one pair: no column repeating it on every row
     for model, stats in corpus_stats()["models"].items():
         row = re.search(rf'<tr data-model="{model}">(.*?)</tr>', header).group(1)
         assert f"{stats['mean_logprob']:.4f}" in row and f"{stats['perplexity']:.3f}" in row

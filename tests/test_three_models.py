@@ -103,3 +103,4 @@ def test_the_report_has_a_section_per_pair(run):
         section = md.split(f"## {a} vs {b}\n", 1)[1]
         assert section.lstrip().startswith(f"{n} feature rows, {n_kept} kept.")
         assert f"{a} vs {b}" in html
+    assert 'data-sort="pair"' in html  # several pairs: the feature table says each row's

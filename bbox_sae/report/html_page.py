@@ -69,9 +69,10 @@ def _templates() -> Environment:
     return env
 
 
-def table_columns(score_columns: list[str]) -> list[tuple[str, str, str, str | None]]:
-    """FEATURE_TABLE without the optional scores the run does not have."""
-    absent = set(EXTRA_SCORE_COLUMNS) - set(score_columns)
+def table_columns(score_columns: list[str], pairs: int = 1) -> list[tuple[str, str, str, str | None]]:
+    """FEATURE_TABLE without the optional scores the run does not have, and without the pair
+    column when there is one pair (it would repeat it on every row of a table already too wide)."""
+    absent = set(EXTRA_SCORE_COLUMNS) - set(score_columns) | ({"pair"} if pairs <= 1 else set())
     return [c for c in FEATURE_TABLE if c[0] not in absent]
 
 
@@ -129,7 +130,7 @@ def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, 
             css=SafeMarkup(asset("report.css")),
             js=SafeMarkup(asset("report.js")),
             data=SafeMarkup(for_script(data)),
-            columns=table_columns(inputs.score_columns),
+            columns=table_columns(inputs.score_columns, len({(f["model_a"], f["model_b"]) for f in inputs.features})),
             numeric_formats=NUMERIC_FORMATS,
             models=inputs.models,
             stats=inputs.stats,
