@@ -52,10 +52,18 @@ def share_inputs(parent: Config, variant: Config, logprobs: list[str] | None = N
         record(variant, BY_NAME[name], manifest["stages"][name]["key"], 0.0, {"shared_from": str(parent.out)})
 
 
-def extract(cfg: Config) -> None:
-    """Build → train → features → label, on a run whose scored and embedded words are recorded."""
+def extract(cfg: Config) -> list[str]:
+    """Build → train → features → label, on a run whose scored and embedded words are recorded,
+    skipping the stages that are current (the same planted log-probs and settings: a re-run after a
+    change to the features stage retrains no SAE); returns the stages that ran."""
+    ran = []
     for name in EXTRACTION:
-        execute(BY_NAME[name], cfg)
+        stage = BY_NAME[name]
+        if staleness(stage, cfg, read_manifest(cfg.out)) is None:
+            continue
+        execute(stage, cfg)
+        ran.append(name)
+    return ran
 
 
 def reading_b_from(cfg: Config, path: Path) -> Config:
