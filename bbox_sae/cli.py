@@ -113,13 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evidence: planted-difference recovery and the null pair, ablations, coherence of a run")
     p.add_argument("what", choices=["planted", "ablation", "coherence"], help=EVAL_HELP)
     _common(p)
-    p.add_argument(
+    planted = p.add_argument_group("eval planted only")
+    planted.add_argument(
         "--rules",
         default=None,
         help="YAML file of planted rules (default: the config's planted_rules, else the Shakespeare rules shipped with bbox, as in configs/planted-rules-shakespeare.yaml)",
     )
-    p.add_argument("--null-seeds", type=int, default=3, help="eval planted: null-pair runs (seeds 0..N-1); 0 skips them")
-    p.add_argument("--ablations", action="store_true", help="eval planted: also the w=0, untrained-SAE and k-means variants")
+    planted.add_argument("--null-seeds", type=int, default=3, help="null-pair runs (seeds 0..N-1); 0 skips them")
+    planted.add_argument("--ablations", action="store_true", help="also the w=0, untrained-SAE and k-means variants")
     return parser
 
 

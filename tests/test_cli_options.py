@@ -68,3 +68,10 @@ def test_train_scripts_report_errors_as_bbox_does(tmp_path, capsys, script, comm
     # `bbox train` may take its config from --output-dir (a run made before); a sweep file is always named.
     mistake = "unrecognized arguments: --bogus-only" if command == "train" else f"{command}: the following arguments are required: --config/-c"
     assert_one_line_error(*errors[0], f"bbox: error: {mistake}")
+
+
+def test_eval_help_sets_the_planted_only_options_apart():
+    help_text = SUBCOMMANDS["eval"].format_help()
+    common, planted = help_text.split("options:", 1)[1].split("eval planted only:", 1)  # after the usage line
+    assert all(option in planted and option not in common for option in ("--rules", "--null-seeds", "--ablations"))
+    assert "--config" in common and "--config" not in planted
