@@ -36,6 +36,26 @@ def test_shipped_rules_match_what_they_say():
     assert len({r.kind for r in rules}) == 8 and {np.sign(r.delta) for r in rules} == {-1, 1}
 
 
+def test_context_rules_match_what_they_say():
+    """The six context rules read the document further left than the word before; the eight are the shipped ones."""
+    from collections import Counter
+
+    rules, _, _ = load_rules("configs/planted-rules-shakespeare-context.yaml")
+    shipped, _, _ = load_rules("configs/planted-rules-shakespeare.yaml")
+    assert rules[: len(shipped)] == shipped and len(rules) == len(shipped) + 6
+    filler = " ".join(f"w{i}" for i in range(31))
+    text = f"[Enter ROMEO.]\nWhy, how sweet it is! {filler} O woe! {filler} sweet"
+    words = split_words(text)
+    counts = Counter(w.strip().lower() for w in words) + Counter({"sweet": 10})  # as if the corpus held 'sweet' more often
+    hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words, counts))] for r in rules[len(shipped) :]}
+    assert hits["inside-brackets"] == ["Enter", "ROMEO", ".]"]
+    assert hits["wh-exclamation"] == ["!"] and hits["other-exclamation"] == ["!"]
+    assert hits["text-opening"] == ["[", "Enter", "ROMEO", ".]", "Why", ",", "how", "sweet"]
+    assert hits["long-range-repeat"] == ["sweet"]  # the last word: 'sweet' last used 65 words back
+    assert "ROMEO" in hits["rare-word"] and "sweet" not in hits["rare-word"]
+    assert [words[i] for i in np.flatnonzero(rules[len(shipped) + 2].matches(words))].count("!") == 1
+
+
 def test_handbook_rules_match_what_they_say():
     rules, _, _ = load_rules("configs/planted-rules-handbook.yaml")
     text = "Packages (see 2 of them) can be found.\n\nFor example, the package must be 10 MB; for instance, a configuration file. The disk is mounted."

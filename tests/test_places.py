@@ -5,7 +5,8 @@ import numpy as np
 
 from bbox_sae.features import candidates
 from bbox_sae.features.places import unit_place
-from bbox_sae.features.rules import Rule, canonical_place, describe_rules, word_attributes
+from bbox_sae.features.rule_statements import canonical_place, describe_rules
+from bbox_sae.features.rules import Rule, word_attributes
 from bbox_sae.features.tested_findings import finding_groups
 
 

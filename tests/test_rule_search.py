@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.config import FeaturesConfig
+from bbox_sae.features import context
 from bbox_sae.features.baseline import baseline_differences, covering_finding, searched_candidates
 from bbox_sae.features.rule_search import group_medians, search_rules
 from bbox_sae.features.rules import Rule, word_attributes
 
-WORDS = ["the", " cat", " sat", "\n", "Then", " or", ".", "\n\n", "GLOSTER", " my", " lord"]
+# Brackets, a wh-word and sentence ends make the context flags vary too.
+WORDS = ["the", " cat", " sat", "\n", "Then", " or", ".", "\n\n", "GLOSTER", " my", " lord", " (", ")", "Why", "?"]
 
 
 def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp):
@@ -25,6 +27,10 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
     rules += [Rule("form", f, "class", c) for f, c in product(forms, classes)]
     rules += [Rule("form", f, "layout", lay) for f in forms for lay in ("line_start", "after_blank")]
     rules += [Rule("class", c, "form", f) for c, f in product(classes, forms)]
+    rules += [Rule(None, None, "context", flag) for flag in context.ALONE]
+    rules += [Rule("class", c, "context", flag) for c, flag in product(classes, context.ALONE)]
+    marks = [f for f in forms if not any(ch.isalnum() for ch in f[2:]) and f[2:].strip()]
+    rules += [Rule("form", f, "context", flag) for f, flag in product(forms, context.WITH_FORM) if flag not in context.COMPLEMENTS or f in marks]
     out = {}
     for r in rules:
         rows = train[r.mask(attrs, train)]

@@ -261,7 +261,7 @@ def test_a_rule_states_a_word_set_only_when_both_mostly_coincide():
 
 
 def test_rules_after_one_word_are_said_once():
-    from bbox_sae.features.rules import describe_rules
+    from bbox_sae.features.rule_statements import describe_rules
 
     mother, brother = Rule("form", "f:mother", "form", "f:my"), Rule("form", "f:brother", "form", "f:my")
     lord = Rule("form", "f:lord", "form", "f:my")
@@ -315,3 +315,25 @@ def test_shared_count_is_the_size_of_the_intersection(a, b):
 
     a, b = np.unique(a), np.unique(b)
     assert shared_count(a, b) == shared_count(b, a) == len(set(a.tolist()) & set(b.tolist()))
+
+
+def test_rules_saying_the_same_words_are_said_by_the_one_naming_the_form_without_a_context_attribute():
+    """ "'you'" and "'you' in a sentence that did not begin with a wh-word" hold the same words: the
+    broad one adds nothing, and it is the one said; "punctuation right after 'marry'" and "','
+    right after 'marry'" too, said by the comma. A narrower rule inside a broad one whose extra
+    words differ in nothing is still the head ('you' after a conjunction inside 'you')."""
+    from bbox_sae.features.findings import group_head, saying_order
+
+    rng = np.random.default_rng(0)
+    lp_a = np.log(rng.uniform(0.05, 0.3, size=200))
+    lp_b = lp_a - 2.0
+    you, you_not_wh = np.arange(0, 100), np.arange(0, 96)
+    rules = [Rule("form", "f:you", "context", "sentence_other"), Rule("form", "f:you")]
+    prefer = [saying_order(r) for r in rules]
+    assert group_head([0, 1], [you_not_wh, you], lp_a, lp_b, 1, prefer=prefer) == 1
+    marks = [Rule("class", "c:punctuation", "form", "f:marry"), Rule("form", "f:,", "form", "f:marry")]
+    assert group_head([0, 1], [you, you_not_wh], lp_a, lp_b, 1, prefer=[saying_order(r) for r in marks]) == 1
+    lp_b[20:100] = lp_a[20:100]  # only the first 20 differ: 'you' after a conjunction
+    after_conjunction = np.arange(0, 20)
+    two = [Rule("form", "f:you"), Rule("form", "f:you", "class", "c:conjunction")]
+    assert group_head([0, 1], [you, after_conjunction], lp_a, lp_b, 1, prefer=[saying_order(r) for r in two]) == 1

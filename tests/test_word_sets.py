@@ -1,12 +1,14 @@
 """Word sets: what a latent's group of words shares, said in words and judged by that statement;
 and how a latent's carrying words become groups."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbox_sae.features import latent_sets
+from bbox_sae.features import context, latent_sets
 from bbox_sae.features.latent_sets import context_groups, group_forms
 from bbox_sae.features.rules import Rule, word_attributes
 from bbox_sae.features.significance import coherence
@@ -26,6 +28,9 @@ def test_a_word_set_judges_a_shown_word_as_it_judges_that_row(docs, seed):
     word_set = describe_word_set(attrs, rows)
     mask = word_set.mask(attrs, np.arange(len(attrs.form)))
     assert mask[rows].all() or word_set.left is not None or word_set.suffix is not None
+    if word_set.left is not None and word_set.left.left_value in context.BEYOND_SHOWN:
+        # What a shown context cannot tell (the text's opening, a repeat from far back) is taken as holding.
+        mask = replace(word_set, left=None).mask(attrs, np.arange(len(attrs.form)))
     flat = [(doc, i) for doc in docs for i in range(len(doc))]
     for (doc, i), expected in zip(flat, mask):
         assert word_set.matches(list(doc[:i]), doc[i]) == expected

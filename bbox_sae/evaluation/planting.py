@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -23,9 +24,14 @@ DEFAULT_RULES = "planted-rules-shakespeare.yaml"
 
 @dataclass(frozen=True)
 class PlantedRule:
-    """A word matches when every given regex matches: `word` on the stripped word, `prev` on the raw
-    previous word ("" at a document start), `left` on the previous `left_words` words joined.
-    Only the word and its left context: a causal LM's prediction cannot depend on what follows."""
+    """A word matches when every given condition holds: `word` (regex) on the stripped word,
+    `prev` on the raw previous word ("" at a document start), `left` on the previous `left_words`
+    words joined; and, for differences that live further back in the document, `sentence_start`
+    (regex) on the first word of the word's sentence, `inside` ("brackets" or "quotes") an open
+    bracket or quotation, `first_words` (the word is among the document's first N words),
+    `repeat_gap` (its form was used earlier in the document, last more than N words back) and
+    `corpus_count_max` (its form occurs at most N times in the corpus). Words are the units with a
+    letter or digit. Only the word and what precedes it: a causal LM cannot see what follows."""
 
     name: str
     delta: float
@@ -34,8 +40,13 @@ class PlantedRule:
     prev: str | None = None
     left: str | None = None
     left_words: int = 3
+    sentence_start: str | None = None
+    inside: str | None = None
+    first_words: int | None = None
+    repeat_gap: int | None = None
+    corpus_count_max: int | None = None
 
-    def matches(self, words: list[str]) -> np.ndarray:
+    def matches(self, words: list[str], corpus_counts: Counter | None = None) -> np.ndarray:
         n = len(words)
         hit = np.ones(n, dtype=bool)
         checks = [(self.word, lambda i: words[i].strip()), (self.prev, lambda i: words[i - 1] if i else "")]
@@ -45,7 +56,43 @@ class PlantedRule:
                 continue
             compiled = regex.compile(pattern)
             hit &= np.array([bool(compiled.search(text_of(i))) for i in range(n)], dtype=bool)
+        if any(v is not None for v in (self.sentence_start, self.inside, self.first_words, self.repeat_gap, self.corpus_count_max)):
+            hit &= self._in_document(words, corpus_counts or Counter())
         return hit
+
+    def _in_document(self, words: list[str], corpus_counts: Counter) -> np.ndarray:
+        """The document-level conditions, read left to right."""
+        opener = regex.compile(self.sentence_start) if self.sentence_start else None
+        out = np.ones(len(words), dtype=bool)
+        seen: dict[str, int] = {}
+        n_words, depth, quotes, first = 0, 0, 0, None
+        for i, raw in enumerate(words):
+            text = raw.strip()
+            is_word = bool(regex.search(r"[\p{L}\p{N}]", text))
+            if is_word and first is None:
+                first = text
+            ok = True
+            if opener is not None:
+                ok &= first is not None and bool(opener.search(first))
+            if self.inside == "brackets":
+                ok &= depth > 0
+            elif self.inside == "quotes":
+                ok &= quotes % 2 == 1
+            if self.first_words is not None:
+                ok &= n_words < self.first_words
+            if self.repeat_gap is not None:
+                ok &= is_word and text.lower() in seen and n_words - seen[text.lower()] > self.repeat_gap
+            if self.corpus_count_max is not None:
+                ok &= is_word and corpus_counts[text.lower()] <= self.corpus_count_max
+            out[i] = ok
+            if is_word:
+                seen[text.lower()] = n_words
+                n_words += 1
+            depth = max(0, depth + sum(text.count(c) for c in "([") - sum(text.count(c) for c in ")]"))
+            quotes += sum(text.count(c) for c in '"\u201c\u201d')
+            if (text and text.rstrip(")]\"'\u201d\u2019")[-1:] in (".", "?", "!")) or raw.count("\n") > 1:
+                first = None
+        return out
 
 
 def planted_rules_path(cfg: Config, override: str | None) -> Path | Traversable:
@@ -54,7 +101,9 @@ def planted_rules_path(cfg: Config, override: str | None) -> Path | Traversable:
     return Path(chosen) if chosen else files("bbox_sae.evaluation").joinpath(DEFAULT_RULES)
 
 
-_PATTERNS = ("word", "prev", "left")
+_PATTERNS = ("word", "prev", "left", "sentence_start")
+_COUNTS = ("first_words", "repeat_gap", "corpus_count_max")
+_INSIDE = ("brackets", "quotes")
 
 
 def _number(value: object, where: str, what: str) -> float:
@@ -75,8 +124,16 @@ def _rule(r: object, where: str) -> PlantedRule:
     name = r.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{where}: 'name': expected a non-empty string, got {name!r}")
-    if not any(r.get(p) is not None for p in _PATTERNS):
-        raise ConfigError(f"{where}: rule '{name}' names no `word`, `prev` or `left` pattern: it would match every word")
+    if not any(r.get(p) is not None for p in (*_PATTERNS, *_COUNTS, "inside")):
+        raise ConfigError(
+            f"{where}: rule '{name}' names no condition (`word`, `prev`, `left`, `sentence_start`, `inside`, {', '.join(_COUNTS)}): it would match every word"
+        )
+    if r.get("inside") is not None and r["inside"] not in _INSIDE:
+        raise ConfigError(f"{where}: 'inside': expected one of {list(_INSIDE)}, got {r['inside']!r}")
+    for key in _COUNTS:
+        value = r.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"{where}: '{key}': expected a whole number >= 0, got {value!r}")
     for key in (*_PATTERNS, "kind"):
         if r.get(key) is not None and not isinstance(r[key], str):
             raise ConfigError(f"{where}: '{key}': expected a string, got {r[key]!r}")
@@ -125,9 +182,10 @@ def rule_masks(words: pa.Table, rules: list[PlantedRule]) -> dict[str, np.ndarra
     word_list = words["word"].to_pylist()
     bounds = np.flatnonzero(np.r_[True, doc_ids[1:] != doc_ids[:-1], True])
     masks = {r.name: np.zeros(len(word_list), dtype=bool) for r in rules}
+    counts = Counter(w.strip().lower() for w in word_list) if any(r.corpus_count_max is not None for r in rules) else None
     for s, e in zip(bounds[:-1], bounds[1:]):
         for r in rules:
-            masks[r.name][s:e] = r.matches(word_list[s:e])
+            masks[r.name][s:e] = r.matches(word_list[s:e], counts)
     return masks
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bbox_sae.features import context
 from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, best_rule, fit_rule, normalize_form, ranked_rules
 
 
@@ -104,7 +105,7 @@ def _relaxations(rule: Rule, attrs: WordAttributes, covered: np.ndarray) -> list
             # A form's class, kept to the left context its words share: 'oliver' may become "a
             # capitalised word right after a lower-case word", a name mid-sentence.
             out.append(Rule("class", common(attrs.cls), "class", common(attrs.left_cls)))
-    if rule.word_kind and rule.left_kind:
+    if rule.word_kind and rule.left_kind and not (rule.left_kind == "context" and rule.left_value in context.COMPLEMENTS):
         out.append(Rule(None, None, rule.left_kind, rule.left_value))
     if rule.left_kind == "form":
         out.append(Rule(rule.word_kind, rule.word_value, "class", common(attrs.left_cls)))
@@ -173,6 +174,7 @@ def specialize(rule: Rule, diff: Difference, covered: np.ndarray, min_share: flo
         options += [
             ("layout", name) for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)) if col[covered].sum() >= min_share * n
         ]
+        options += [("context", flag) for flag in context.ALONE if attrs.context[covered, context.FLAGS.index(flag)].sum() >= min_share * n]
         candidates = [Rule(rule.word_kind, rule.word_value, k, v) for k, v in options]
     elif rule.word_kind is None:
         for kind, col in (("form", attrs.form), ("class", attrs.cls)):
@@ -313,20 +315,53 @@ def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: 
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-def group_head(group: list[int], words_train: list[np.ndarray], lp_a: np.ndarray, lp_b: np.ndarray, sign: int, keep: float = 0.8) -> int:
+SAME_WORDS = 0.9  # of two nested rules, one holding this share of the other's train words says the same words
+
+
+def group_head(
+    group: list[int], words_train: list[np.ndarray], lp_a: np.ndarray, lp_b: np.ndarray, sign: int, keep: float = 0.8, prefer: list[tuple] | None = None
+) -> int:
     """The rule that says a nested group: the broadest (most train words) whose words beyond all the
     other members' show the difference at `keep` of theirs or more, in log-prob or in probability
     (either, as in the effect rule: a Δp ratio alone moves with the words' base probabilities); else
     the narrowest. Broadest alone would say speech starts ("a word after a blank line") as "an
     all-capitals word", a rule that also passes, carried by its speech starts, while a quarter of
     its words (capitals mid-line) differ in nothing. Train words only: the holdout half stays the
-    test."""
+    test. Beyond means beyond the members mostly inside it. Members that say nearly the same words as the chosen one (`SAME_WORDS` each way: "','
+    right after 'marry'" and "punctuation right after 'marry'") are one statement said two ways,
+    and the one `prefer` (a sort key per member, lowest first) ranks first says it."""
     by_size = sorted(group, key=lambda i: -len(words_train[i]))
+    head = by_size[-1]
     for i in by_size:
-        others = [words_train[j] for j in group if j != i]
+        # The core is the members (nearly) inside this one. Not one holding nearly all its words: it
+        # says the same words, beyond it nothing is added whatever the difference is. Not a broader
+        # one: "a lower-case word after a conjunction", whose other words differ in nothing, made
+        # the core's median 0, and then 'you' everywhere "added the difference" of 'you' after one.
+        others = [words_train[j] for j in group if j != i and _inside(words_train[j], words_train[i]) and not _same_words(words_train[j], words_train[i])]
         if not others or adds_the_difference(words_train[i], np.unique(np.concatenate(others)), lp_a, lp_b, sign, keep):
-            return i
-    return by_size[-1]
+            head = i
+            break
+    if prefer is None:
+        return head
+    same = [j for j in group if _same_words(words_train[j], words_train[head]) and _same_words(words_train[head], words_train[j])]
+    return min(same, key=lambda j: prefer[group.index(j)])
+
+
+def saying_order(rule: Rule) -> tuple:
+    """Of rules with the same words, which says them best (lowest first): one naming the word's
+    form ("'?'", not "punctuation"), then one without a context attribute (a word's sentence or
+    place, said only where it tells words apart), then one with fewer conditions."""
+    return (rule.word_kind != "form", rule.left_kind == "context", rule.left_kind is not None)
+
+
+def _inside(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether nearly all of `a`'s words (`SAME_WORDS`) lie in `b` (sorted row ids)."""
+    return shared_count(a, b) >= SAME_WORDS * len(a)
+
+
+def _same_words(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` holds at least `SAME_WORDS` of `b`'s words (sorted row ids)."""
+    return shared_count(a, b) >= SAME_WORDS * len(b)
 
 
 def adds_the_difference(words: np.ndarray, core: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, sign: int, keep: float = 0.8) -> bool:

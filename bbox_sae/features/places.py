@@ -15,7 +15,8 @@ import numpy as np
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.candidates import Tested
 from bbox_sae.features.findings import memberships
-from bbox_sae.features.rules import Rule, WordAttributes, canonical_place
+from bbox_sae.features.rule_statements import canonical_place
+from bbox_sae.features.rules import Rule, WordAttributes
 
 # More specific first: a left word, a left class, a blank line, a line start.
 SPECIFICITY = {"form": 0, "class": 1, "after_blank": 2, "line_start": 3}
@@ -33,7 +34,13 @@ def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple
     if unit.word_set is not None and unit.word_set.left is not None:
         candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
     candidates |= {("layout", "line_start"), ("layout", "after_blank")}
-    places = {p for p in candidates if p is not None and len(unit.holdout_rows) and Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share}
+    # A context attribute is no place: "'?' in a sentence that began with a wh-word" joins no other
+    # form's unit by it (most words are in a sentence that did not).
+    places = {
+        p
+        for p in candidates
+        if p is not None and p[0] != "context" and len(unit.holdout_rows) and Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share
+    }
     return min(places, key=lambda p: (_specificity(p), p)) if places else None
 
 

@@ -1,8 +1,8 @@
 """Every rule of the grammar, proposed on train without any SAE: the search a sceptical reviewer runs.
 
 The grammar (`rules.Rule`) is small enough to enumerate: a word form alone, a form right after a
-form or a class, a form at the start of a line or after a blank line, and a class right after a
-form. Every rule with at least `min_words` train words whose train median passes the effect rule
+form or a class, a form at the start of a line or after a blank line, a class right after a form,
+and a context attribute (`context.FLAGS`) alone, with a class or with a form. Every rule with at least `min_words` train words whose train median passes the effect rule
 (|median Δlog p| > `min_dlogp` or |median Δp| > `min_dp`) is proposed with that median's sign,
 and then tested like any other candidate. Latents proposed only the rules their top words
 suggest, so most of what this search confirms was never tested, and which rules were depended on
@@ -16,13 +16,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bbox_sae.features import context
 from bbox_sae.features.rules import Rule, WordAttributes
 
-# (word part, left part) of each searched shape; a left part is a column of WordAttributes or a
-# layout flag. Not searched: a class alone or after a class (a class of every capitalised word
-# is no finding a reader acts on, and latents still propose such rules), nor 'form2'.
-SHAPES = (("form", None), ("form", "form"), ("form", "class"), ("form", "line_start"), ("form", "after_blank"), ("class", "form"))
+# (word part, left part) of each searched shape; a left part is a column of WordAttributes, a
+# layout flag or a context flag (`context.FLAGS`). Not searched: a class alone or after a class (a
+# class of every capitalised word is no finding a reader acts on, and latents still propose such
+# rules), nor 'form2'. A context flag is searched alone ("a word inside brackets"), with a class
+# and with a form ("'?' (question mark) in a sentence that began with a wh-word").
 LAYOUTS = ("line_start", "after_blank")
+SHAPES = (
+    ("form", None),
+    ("form", "form"),
+    ("form", "class"),
+    *(("form", layout) for layout in LAYOUTS),
+    ("class", "form"),
+    *((None, flag) for flag in context.ALONE),
+    *(("class", flag) for flag in context.ALONE),
+    *(("form", flag) for flag in context.WITH_FORM),
+)
 
 
 @dataclass(frozen=True)
@@ -37,11 +49,20 @@ def _keys(attrs: WordAttributes, shape: tuple[str, str | None], rows: np.ndarray
     """The rows in scope of a shape (layout shapes: only rows in that layout) and one int64 key per
     row naming its (word value, left value)."""
     word_kind, left_kind = shape
-    word = (attrs.form if word_kind == "form" else attrs.cls)[rows].astype(np.int64)
+    word = np.zeros(len(rows), dtype=np.int64) if word_kind is None else (attrs.form if word_kind == "form" else attrs.cls)[rows].astype(np.int64)
     if left_kind is None:
         return rows, word
-    if left_kind in LAYOUTS:
-        inside = (attrs.line_start if left_kind == "line_start" else attrs.after_blank)[rows]
+    if left_kind in LAYOUTS or left_kind in context.FLAGS:
+        flag = (
+            attrs.context[:, context.FLAGS.index(left_kind)]
+            if left_kind in context.FLAGS
+            else attrs.line_start
+            if left_kind == "line_start"
+            else attrs.after_blank
+        )
+        inside = flag[rows]
+        if left_kind in context.COMPLEMENTS:
+            inside &= attrs.cls[rows] == attrs.code.get("c:punctuation", -1)
         return rows[inside], word[inside]
     left = (attrs.left_form if left_kind == "form" else attrs.left_cls)[rows].astype(np.int64)
     return rows, word * len(attrs.vocab) + left
@@ -51,6 +72,8 @@ def _rule(attrs: WordAttributes, shape: tuple[str, str | None], key: int) -> Rul
     word_kind, left_kind = shape
     if left_kind is None:
         return Rule(word_kind, attrs.vocab[key])
+    if left_kind in context.FLAGS:
+        return Rule(word_kind, attrs.vocab[key] if word_kind else None, "context", left_kind)
     if left_kind in LAYOUTS:
         return Rule(word_kind, attrs.vocab[key], "layout", left_kind)
     word, left = divmod(key, len(attrs.vocab))

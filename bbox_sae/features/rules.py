@@ -23,6 +23,10 @@ from functools import cached_property
 
 import numpy as np
 
+from bbox_sae.features.context import ALONE as ALONE_FLAGS
+from bbox_sae.features.context import BEYOND_SHOWN, FLAGS, document_flags, rare_forms
+from bbox_sae.features.context import PHRASES as CONTEXT_PHRASES
+
 # English function-word classes, used only to phrase left-context rules ("after an auxiliary").
 AUXILIARIES = frozenset(
     "am is are was were be been being have has had having do does did can could will would shall should may might must "
@@ -117,6 +121,7 @@ class WordAttributes:
     line_start: np.ndarray  # bool
     after_blank: np.ndarray  # bool
     vocab: list[str]
+    context: np.ndarray  # (n, len(context.FLAGS)) bool: what the document holds further left
 
     @cached_property
     def code(self) -> dict[str, int]:
@@ -134,11 +139,13 @@ class WordAttributes:
             self.line_start[positions],
             self.after_blank[positions],
             self.vocab,
+            self.context[positions],
         )
 
 
-def word_attributes(docs: list[list[str]]) -> WordAttributes:
-    """Attributes of every word of every document, in order (documents concatenated)."""
+def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -> WordAttributes:
+    """Attributes of every word of every document, in order (documents concatenated); `rare`: the
+    corpus's rare forms (`context.rare_forms`), by default counted over `docs`."""
     ids: dict[str, int] = {}
 
     def code(s: str) -> int:
@@ -158,14 +165,36 @@ def word_attributes(docs: list[list[str]]) -> WordAttributes:
             prev2, prev = prev, w
     vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
     arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
-    return WordAttributes(arr(form), arr(cls), arr(left_form), arr(left_cls), arr(left2_form), np.asarray(line_start), np.asarray(after_blank), vocab)
+    rare = rare_forms(docs) if rare is None else rare
+    flags = [document_flags(words, rare) for words in docs]
+    context = np.concatenate(flags) if flags else np.zeros((0, len(FLAGS)), dtype=bool)
+    return WordAttributes(
+        arr(form),
+        arr(cls),
+        arr(left_form),
+        arr(left_cls),
+        arr(left2_form),
+        np.asarray(line_start, dtype=bool),
+        np.asarray(after_blank, dtype=bool),
+        vocab,
+        context,
+    )
+
+
+def shown_word_attributes(left_words: list[str], word: str) -> WordAttributes:
+    """Attributes of a word shown with the words to its left (the last row), as a judge reads it:
+    what the shown words cannot tell (`context.BEYOND_SHOWN`: a repeat from far back, the text's
+    opening, a rare form) is taken as holding, so the rest of a statement is what gets checked."""
+    attrs = word_attributes([[*left_words, word]], rare=frozenset())
+    attrs.context[:, [FLAGS.index(f) for f in BEYOND_SHOWN]] = True
+    return attrs
 
 
 @dataclass(frozen=True)
 class Rule:
     """A condition on the word (`word_kind` 'form' or 'class') and/or on its left context
-    (`left_kind` 'form', 'class', 'form2' (two words back) or 'layout'); values are vocab strings
-    or layout names."""
+    (`left_kind` 'form', 'class', 'form2' (two words back), 'layout' or 'context'); values are
+    vocab strings, layout names or `context.FLAGS`."""
 
     word_kind: str | None = None
     word_value: str | None = None
@@ -182,6 +211,8 @@ class Rule:
             m &= take(col) == code.get(self.word_value, -1)
         if self.left_kind == "layout":
             m &= take(attrs.line_start if self.left_value == "line_start" else attrs.after_blank)
+        elif self.left_kind == "context":
+            m &= take(attrs.context[:, FLAGS.index(self.left_value)])
         elif self.left_kind:
             col = {"form": attrs.left_form, "class": attrs.left_cls, "form2": attrs.left2_form}[self.left_kind]
             m &= take(col) == code.get(self.left_value, -1)
@@ -193,6 +224,8 @@ class Rule:
             return subject
         if self.left_kind == "layout":
             return f"{subject} {LAYOUT_PHRASES[self.left_value]}"
+        if self.left_kind == "context":
+            return f"{subject} {CONTEXT_PHRASES[self.left_value]}"
         if self.left_kind == "form2":
             return f"{subject} two words after {_phrase('form', self.left_value)}"
         return f"{subject} right after {_phrase(self.left_kind, self.left_value)}"
@@ -240,6 +273,9 @@ def _candidates(attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -
     for layout, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)):
         if col[top_rows].sum() >= min_share * n:
             left_parts.append(("layout", layout))
+    for flag in ALONE_FLAGS:
+        if attrs.context[top_rows, FLAGS.index(flag)].sum() >= min_share * n:
+            left_parts.append(("context", flag))
     return word_parts, left_parts
 
 
@@ -274,83 +310,6 @@ def rules_to_json(rules: list[Rule]) -> str:
 def rules_from_json(text: str) -> list[Rule]:
     raw = json.loads(text)
     return [Rule(**r) for r in (raw if isinstance(raw, list) else [raw])]
-
-
-LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
-# Places said several ways by the grammar: a left class or form of layout is that layout.
-LAYOUT_LEFTS = {
-    ("class", "c:newline"): ("layout", "line_start"),
-    ("form", "f:\n"): ("layout", "line_start"),
-    ("class", "c:blank"): ("layout", "after_blank"),
-    ("form", "f:\n\n"): ("layout", "after_blank"),
-}
-
-
-def canonical_place(rule: Rule) -> tuple[str, str] | None:
-    """The rule's left context when it also names the word (a form or class), one way of saying
-    each: "right after a line break" (the class, or the form) is the start of a line (the layout)."""
-    if not (rule.word_kind and rule.left_kind) or rule.left_kind == "form2":
-        return None
-    return LAYOUT_LEFTS.get((rule.left_kind, rule.left_value), (rule.left_kind, rule.left_value))
-
-
-def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
-    """Rules in words, joined by "or"; listed word forms in one left context are said once, in the
-    order given ("'lord', 'mother' or 'brother', each right after 'my'"; past `LISTED_FORMS`, "a
-    word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"), and so is one form
-    right after several left forms ("a line break right after '?' (question mark) or '!'")."""
-    said: list[list[Rule]] = []
-    in_place: dict[tuple[str, str], list[Rule]] = {}
-    for r in rules:
-        place = canonical_place(r) if r.word_kind == "form" else None
-        if place in in_place:
-            in_place[place].append(r)
-            continue
-        said.append([r])
-        if place:
-            in_place[place] = said[-1]
-    said = _after_left_forms(said)
-
-    def together(group: list[Rule]) -> str:
-        if len(group) == 1:
-            return group[0].describe()
-        if _one_form_after_forms(group):
-            lefts = [_phrase("form", r.left_value) for r in group]
-            return f"{_phrase('form', group[0].word_value)} right after {_listed(lefts, 'a word')}"
-        place = Rule(None, None, *canonical_place(group[0])).describe()
-        words = [_phrase("form", r.word_value) for r in group]
-        if len(words) > LISTED_FORMS:
-            return f"{place}: {', '.join(words[:LISTED_FORMS])} and {len(words) - LISTED_FORMS} more"
-        return f"{', '.join(words[:-1])} or {words[-1]}, each {place.removeprefix('a word ')}"
-
-    return " or ".join(together(g) for g in said)
-
-
-def _one_form_after_forms(group: list[Rule]) -> bool:
-    return len({r.word_value for r in group}) == 1 and all(r.left_kind == "form" for r in group) and len({r.left_value for r in group}) == len(group)
-
-
-def _listed(phrases: list[str], noun: str) -> str:
-    """'a', 'b' or 'c'; past `LISTED_FORMS`, "one of 9 words: 'a', 'b', 'c', 'd' and 5 more"."""
-    if len(phrases) > LISTED_FORMS:
-        return f"one of {len(phrases)} {noun.removeprefix('a ')}s: {', '.join(phrases[:LISTED_FORMS])} and {len(phrases) - LISTED_FORMS} more"
-    return f"{', '.join(phrases[:-1])} or {phrases[-1]}"
-
-
-def _after_left_forms(said: list[list[Rule]]) -> list[list[Rule]]:
-    """Lone rules "form right after form" that share their word form said as one: the first one's
-    group takes the others, in the order given."""
-    out: list[list[Rule]] = []
-    by_word: dict[str, list[Rule]] = {}
-    for group in said:
-        r = group[0]
-        if len(group) == 1 and r.word_kind == "form" and r.left_kind == "form":
-            if r.word_value in by_word:
-                by_word[r.word_value].append(r)
-                continue
-            by_word[r.word_value] = group
-        out.append(group)
-    return out
 
 
 def ranked_rules(attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray, min_share: float = 0.2) -> list[RuleFit]:

@@ -27,13 +27,15 @@ from bbox_sae.features.findings import (
     group_head,
     in_sorted,
     nested_groups,
+    saying_order,
     shared_count,
     states,
     top_forms,
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.places import carrying_latents, unit_place
-from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, describe_rules, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.rule_statements import describe_rules
+from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import WordSet, describe_word_set
 from bbox_sae.schemas import latent_ids
 
@@ -46,7 +48,8 @@ def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: Feat
     units = []
     for g in groups:
         t = kept[g[0]]
-        head = kept[group_head(g, [k.train_rows for k in kept], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign)]
+        prefer = [saying_order(kept[i].rule) for i in g]
+        head = kept[group_head(g, [k.train_rows for k in kept], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign, prefer=prefer)]
         latents = sorted({m for i in g for m in kept[i].latents})
         members = (head.rule, *(kept[i].rule for i in g if kept[i] is not head))
         units.append(

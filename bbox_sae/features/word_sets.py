@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bbox_sae.features.rules import Rule, WordAttributes, _phrase, word_attributes
+from bbox_sae.features import context
+from bbox_sae.features.rules import Rule, WordAttributes, _phrase, shown_word_attributes
 
 SUFFIX_SHARE = 0.9  # share of the set's train words a suffix must end
 # A latent's group whose forms mostly end alike is two sets: the words of that ending, said by the
@@ -69,7 +70,7 @@ class WordSet:
 
     def matches(self, left_words: list[str], word: str) -> bool:
         """Whether the statement holds for a word shown with the words to its left."""
-        attrs = word_attributes([[*left_words[-2:], word]])
+        attrs = shown_word_attributes(left_words, word)
         return bool(self.mask(attrs, np.array([len(attrs.form) - 1]))[0])
 
     def _form_fits(self, form: str, listed: frozenset[str], excluded: frozenset[str]) -> bool:
@@ -146,6 +147,10 @@ def shared_left(attrs: WordAttributes, rows: np.ndarray) -> Rule | None:
     for layout, col in (("after_blank", attrs.after_blank), ("line_start", attrs.line_start)):
         if col[rows].sum() >= LEFT_SHARE * n:
             return Rule(None, None, "layout", layout)
+    # Not `rare`: it is the forms' own count, which the listed forms (or the ending) already say.
+    for flag in (f for f in context.ALONE if f != "rare"):
+        if attrs.context[rows, context.FLAGS.index(flag)].sum() >= LEFT_SHARE * n:
+            return Rule(None, None, "context", flag)
     return None
 
 

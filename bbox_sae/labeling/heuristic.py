@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bbox_sae.corpus.words import split_words
-from bbox_sae.features.rules import Rule, describe_rules, normalize_form, word_attributes
+from bbox_sae.features.rule_statements import describe_rules
+from bbox_sae.features.rules import Rule, normalize_form, shown_word_attributes
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
@@ -170,8 +171,7 @@ def rule_matches(rule: HeuristicRule, ctx: Context) -> bool:
 
 def context_matches(rule: Rule, ctx: Context) -> bool:
     """Whether a context rule holds for a shown context (its word and the words to its left)."""
-    left = split_words(ctx.left)
-    attrs = word_attributes([[*left[-2:], ctx.word]])
+    attrs = shown_word_attributes(split_words(ctx.left), ctx.word)
     return bool(rule.mask(attrs)[-1])
 
 

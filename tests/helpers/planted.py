@@ -64,7 +64,8 @@ def planted_pipeline(
     sae: dict | None = None,
 ):
     """Run ingest → features on `docs` (default: 'were' after 'if'), model B worse than A by
-    `planted_delta` on the words `is_planted` marks; returns (config, planted mask over words, words)."""
+    `planted_delta` on the words `is_planted` marks (times its value when it returns a number: -1
+    makes B better there); returns (config, planted mask over words, words)."""
     from bbox_sae.build.matrix import run_build
     from bbox_sae.corpus.ingest import ingest
     from bbox_sae.embedding.stage import run_embed
@@ -91,7 +92,7 @@ def planted_pipeline(
     words = read_table(cfg.paths.words)
     rng = np.random.default_rng(1)
     lp_a = np.log(rng.uniform(0.2, 0.9, size=words.num_rows))
-    planted = np.zeros(words.num_rows, dtype=bool)
+    planted = np.zeros(words.num_rows, dtype=np.float64)
     doc_ids, word_list = words["doc_id"].to_pylist(), words["word"].to_pylist()
     start = 0
     for i in range(1, len(doc_ids) + 1):
@@ -106,7 +107,8 @@ def planted_pipeline(
         base_lp = np.minimum(base_lp + rng.normal(0.0, noise, size=len(base_lp)), 0.0)
     else:
         base_lp = lp_a
-    lp_b = base_lp - planted_delta * planted
+    lp_b = np.minimum(base_lp - planted_delta * planted, 0.0)  # where B is better, still a log-prob
+    planted = planted != 0
     for name, lp in (("A", lp_a), ("B", lp_b)):
         pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), project.logprob_file(name))
     run_score(cfg)

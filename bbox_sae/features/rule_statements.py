@@ -1,0 +1,82 @@
+"""Rules said in words a reader checks: several rules of one place said once ("a word at the start
+of a line: 'then', 'or', 'yet', 'whose' and 3 more"), one form after several words said once."""
+
+from __future__ import annotations
+
+from bbox_sae.features.rules import Rule, _phrase
+
+LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
+# Places said several ways by the grammar: a left class or form of layout is that layout.
+LAYOUT_LEFTS = {
+    ("class", "c:newline"): ("layout", "line_start"),
+    ("form", "f:\n"): ("layout", "line_start"),
+    ("class", "c:blank"): ("layout", "after_blank"),
+    ("form", "f:\n\n"): ("layout", "after_blank"),
+}
+
+
+def canonical_place(rule: Rule) -> tuple[str, str] | None:
+    """The rule's left context when it also names the word (a form or class), one way of saying
+    each: "right after a line break" (the class, or the form) is the start of a line (the layout)."""
+    if not (rule.word_kind and rule.left_kind) or rule.left_kind == "form2":
+        return None
+    return LAYOUT_LEFTS.get((rule.left_kind, rule.left_value), (rule.left_kind, rule.left_value))
+
+
+def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
+    """Rules in words, joined by "or"; listed word forms in one left context are said once, in the
+    order given ("'lord', 'mother' or 'brother', each right after 'my'"; past `LISTED_FORMS`, "a
+    word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"), and so is one form
+    right after several left forms ("a line break right after '?' (question mark) or '!'")."""
+    said: list[list[Rule]] = []
+    in_place: dict[tuple[str, str], list[Rule]] = {}
+    for r in rules:
+        place = canonical_place(r) if r.word_kind == "form" else None
+        if place in in_place:
+            in_place[place].append(r)
+            continue
+        said.append([r])
+        if place:
+            in_place[place] = said[-1]
+    said = _after_left_forms(said)
+
+    def together(group: list[Rule]) -> str:
+        if len(group) == 1:
+            return group[0].describe()
+        if _one_form_after_forms(group):
+            lefts = [_phrase("form", r.left_value) for r in group]
+            return f"{_phrase('form', group[0].word_value)} right after {_listed(lefts, 'a word')}"
+        place = Rule(None, None, *canonical_place(group[0])).describe()
+        words = [_phrase("form", r.word_value) for r in group]
+        if len(words) > LISTED_FORMS:
+            return f"{place}: {', '.join(words[:LISTED_FORMS])} and {len(words) - LISTED_FORMS} more"
+        return f"{', '.join(words[:-1])} or {words[-1]}, each {place.removeprefix('a word ')}"
+
+    return " or ".join(together(g) for g in said)
+
+
+def _one_form_after_forms(group: list[Rule]) -> bool:
+    return len({r.word_value for r in group}) == 1 and all(r.left_kind == "form" for r in group) and len({r.left_value for r in group}) == len(group)
+
+
+def _listed(phrases: list[str], noun: str) -> str:
+    """'a', 'b' or 'c'; past `LISTED_FORMS`, "one of 9 words: 'a', 'b', 'c', 'd' and 5 more"."""
+    if len(phrases) > LISTED_FORMS:
+        return f"one of {len(phrases)} {noun.removeprefix('a ')}s: {', '.join(phrases[:LISTED_FORMS])} and {len(phrases) - LISTED_FORMS} more"
+    return f"{', '.join(phrases[:-1])} or {phrases[-1]}"
+
+
+def _after_left_forms(said: list[list[Rule]]) -> list[list[Rule]]:
+    """Lone rules "form right after form" that share their word form said as one: the first one's
+    group takes the others, in the order given."""
+    out: list[list[Rule]] = []
+    by_word: dict[str, list[Rule]] = {}
+    for group in said:
+        r = group[0]
+        if len(group) == 1 and r.word_kind == "form" and r.left_kind == "form":
+            if r.word_value in by_word:
+                by_word[r.word_value].append(r)
+                continue
+            by_word[r.word_value] = group
+        out.append(group)
+    return out
