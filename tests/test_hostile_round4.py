@@ -314,7 +314,7 @@ def test_an_sae_no_machine_holds_is_refused_by_train_and_sweep_too(project, caps
         ("rules:\n  - {name: the, word: '^the$', delta: .nan}\n", ["rules[0]: 'delta': expected a finite number, got nan"]),
         ("rules: []\n", ["`rules` is empty"]),
         ("rules:\n  - the\n", ["rules[0]: expected a mapping"]),
-        ("rules:\n  - {name: the, delta: -2}\n", ["rules[0]: rule 'the' names no `word`, `prev` or `left` pattern"]),
+        ("rules:\n  - {name: the, delta: -2}\n", ["rules[0]: rule 'the' names no condition"]),
         ("rules:\n  - {name: the, word: 3, delta: -2}\n", ["rules[0]: 'word': expected a string, got 3"]),
         ("rules:\n  - {name: a, word: x, delta: 1}\n  - {name: a, word: y, delta: 1}\n", ["rule name(s) ['a'] given twice"]),
     ],

@@ -337,3 +337,19 @@ def test_rules_saying_the_same_words_are_said_by_the_one_naming_the_form_without
     after_conjunction = np.arange(0, 20)
     two = [Rule("form", "f:you"), Rule("form", "f:you", "class", "c:conjunction")]
     assert group_head([0, 1], [you, after_conjunction], lp_a, lp_b, 1, prefer=[saying_order(r) for r in two]) == 1
+
+
+def test_a_chain_of_nesting_is_cut_at_its_head_and_what_the_head_does_not_hold_stays_a_difference():
+    """X and Y share no word; L, half inside each, chains them into one nested group. The head says
+    X (and L, mostly inside it); Y, which X does not hold, is a unit of its own, not lost."""
+    from bbox_sae.features.findings import headed_groups, nested_groups
+
+    lp_a = np.full(300, np.log(0.2))
+    lp_b = lp_a - 2.0
+    x, y, link = np.arange(0, 100), np.arange(100, 200), np.arange(80, 120)
+    rows = [x, y, link]
+    keys = [("a", "b", 1)] * 3
+    [chain] = nested_groups(rows, keys, 0.5)
+    assert sorted(chain) == [0, 1, 2]
+    cut = headed_groups(chain, rows, rows, keys, lp_a, lp_b, 1, [(0,), (0,), (1,)], 0.5)
+    assert sorted((sorted(members), head) for members, head in cut) == [([0, 2], 0), ([1], 1)]

@@ -24,7 +24,7 @@ from bbox_sae.features.findings import (
     UnionFind,
     adds_the_difference,
     expresses,
-    group_head,
+    headed_groups,
     in_sorted,
     nested_groups,
     saying_order,
@@ -43,22 +43,27 @@ from bbox_sae.schemas import latent_ids
 def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[Tested]:
     """Kept rules whose words nest (one inside another) are one unit, said by its head
     (`findings.group_head`: the broadest rule that adds no words where nothing differs), with
-    every member's proposers."""
-    groups = nested_groups([t.holdout_rows for t in kept], [t.key for t in kept], fcfg.finding_overlap)
+    every member's proposers; rules a chain of nesting brought in but the head does not hold form
+    units of their own (`findings.headed_groups`)."""
+    train_rows, holdout_rows, keys = [k.train_rows for k in kept], [k.holdout_rows for k in kept], [k.key for k in kept]
     units = []
-    for g in groups:
-        t = kept[g[0]]
-        prefer = [saying_order(kept[i].rule) for i in g]
-        head = kept[group_head(g, [k.train_rows for k in kept], lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign, prefer=prefer)]
-        latents = sorted({m for i in g for m in kept[i].latents})
-        members = (head.rule, *(kept[i].rule for i in g if kept[i] is not head))
-        units.append(
-            Tested(
-                "rule", head.pair, head.sign, latents, head.train_rows, head.holdout_rows, rule=head.rule, stats=head.stats,
-                q_value=max(kept[i].q_value for i in g), passed=True, searched=any(kept[i].searched for i in g), members=members,
-            )
-        )  # fmt: skip
+    for nested in nested_groups(holdout_rows, keys, fcfg.finding_overlap):
+        t = kept[nested[0]]
+        prefer = [saying_order(kept[i].rule) for i in nested]
+        lp_a, lp_b = lp_by_row[t.pair[0]], lp_by_row[t.pair[1]]
+        for g, h in headed_groups(nested, train_rows, holdout_rows, keys, lp_a, lp_b, t.sign, prefer, fcfg.finding_overlap):
+            units.append(_unit(kept, g, kept[h]))
     return units
+
+
+def _unit(kept: list[Tested], g: list[int], head: Tested) -> Tested:
+    """One unit: the head's rule and words, with every member's proposers and the largest q."""
+    latents = sorted({m for i in g for m in kept[i].latents})
+    members = (head.rule, *(kept[i].rule for i in g if kept[i] is not head))
+    return Tested(
+        "rule", head.pair, head.sign, latents, head.train_rows, head.holdout_rows, rule=head.rule, stats=head.stats,
+        q_value=max(kept[i].q_value for i in g), passed=True, searched=any(kept[i].searched for i in g), members=members,
+    )  # fmt: skip
 
 
 def _absorb_stated_sets(rule_units: list[Tested], latent_units: list[Tested]) -> list[Tested]:
@@ -245,6 +250,7 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
     # Most held-out words first: the statement names a finding's largest members first.
     rules = [u.rule for u in members if u.rule is not None]
     rules.sort(key=lambda r: -int(np.count_nonzero(r.mask(attrs, holdout_rows))))
+    rules = _not_said_twice(rules, attrs, holdout_rows)
     # A latent's group that a long list of one-word rules happens to cover ('disk' or 'machine' or
     # ... 18 of them) reads better as the group: rules say it when they are few.
     few = len(rules) <= MAX_STATING_RULES or all(u.kind == "rule" for u in members)
@@ -278,6 +284,18 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
             rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None, statement=word_set.describe(), word_set_json=word_set.to_json()
         )
     return row
+
+
+def _not_said_twice(rules: list, attrs: WordAttributes, rows: np.ndarray) -> list:
+    """The rules (largest first) but those whose words among `rows` a rule before them already
+    holds: "a word inside brackets", not "a word inside brackets or a lower-case word inside brackets"."""
+    kept, masks = [], []
+    for rule in rules:
+        mask = rule.mask(attrs, rows)
+        if not any((mask <= m).all() for m in masks):
+            kept.append(rule)
+            masks.append(mask)
+    return kept
 
 
 def statement_word_set(members: list[Tested], attrs: WordAttributes, train_rows: np.ndarray, holdout_rows: np.ndarray) -> WordSet:
