@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.candidates import Tested, candidate_stats, one_family
-from bbox_sae.features.findings import headed_groups, nested_groups, saying_order, shared_count, states
+from bbox_sae.features.findings import rule_units, shared_count, states
 from bbox_sae.features.rule_search import search_rules
 from bbox_sae.features.rules import WordAttributes
 
@@ -52,13 +52,7 @@ def baseline_differences(searched: Sequence[Tested], lp_by_row, fcfg: FeaturesCo
     passed = [t for t, (_, ok) in zip(searched, outcome) if ok]
     q_of = {id(t): q for t, (q, _) in zip(searched, outcome)}
     out = []
-    train_rows, holdout_rows, keys = [p.train_rows for p in passed], [p.holdout_rows for p in passed], [p.key for p in passed]
-    headed = []
-    for nested in nested_groups(holdout_rows, keys, fcfg.finding_overlap):
-        t = passed[nested[0]]
-        prefer = [saying_order(passed[i].rule) for i in nested]
-        headed += headed_groups(nested, train_rows, holdout_rows, keys, lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign, prefer, fcfg.finding_overlap)
-    for g, h in headed:
+    for g, h in rule_units(passed, lp_by_row, fcfg.finding_overlap):
         t, head = passed[g[0]], passed[h]
         # The head's words, as a finding's unit: a broader rule of the group ("'you'", where only
         # 'you' after a conjunction differs, its median carried by them) adds words where nothing differs.

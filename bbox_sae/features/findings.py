@@ -345,6 +345,18 @@ def headed_groups(
     return out
 
 
+def rule_units(passed: list, lp_by_row: dict[str, np.ndarray], containment: float) -> list[tuple[list[int], int]]:
+    """(members, head) of passed rule candidates (`candidates.Tested`): nested groups of one pair
+    and sign, each cut at its head (`headed_groups`), the head said as `saying_order` prefers."""
+    train_rows, holdout_rows, keys = [t.train_rows for t in passed], [t.holdout_rows for t in passed], [t.key for t in passed]
+    out: list[tuple[list[int], int]] = []
+    for nested in nested_groups(holdout_rows, keys, containment):
+        t = passed[nested[0]]
+        prefer = [saying_order(passed[i].rule) for i in nested]
+        out += headed_groups(nested, train_rows, holdout_rows, keys, lp_by_row[t.pair[0]], lp_by_row[t.pair[1]], t.sign, prefer, containment)
+    return out
+
+
 SAME_WORDS = 0.9  # of two nested rules, one holding this share of the other's train words says the same words
 
 
@@ -357,9 +369,10 @@ def group_head(
     the narrowest. Broadest alone would say speech starts ("a word after a blank line") as "an
     all-capitals word", a rule that also passes, carried by its speech starts, while a quarter of
     its words (capitals mid-line) differ in nothing. Train words only: the holdout half stays the
-    test. Beyond means beyond the members mostly inside it. Members that say nearly the same words as the chosen one (`SAME_WORDS` each way: "','
-    right after 'marry'" and "punctuation right after 'marry'") are one statement said two ways,
-    and the one `prefer` (a sort key per member, lowest first) ranks first says it."""
+    test. Beyond means beyond the members (nearly) inside it. Members that say nearly the same
+    words as the chosen one (`SAME_WORDS` each way: "',' right after 'marry'" and "punctuation
+    right after 'marry'") are one statement said two ways, and the one `prefer` (a sort key per
+    member, lowest first) ranks first says it."""
     by_size = sorted(group, key=lambda i: -len(words_train[i]))
     head = by_size[-1]
     for i in by_size:

@@ -24,10 +24,9 @@ from bbox_sae.features.findings import (
     UnionFind,
     adds_the_difference,
     expresses,
-    headed_groups,
     in_sorted,
     nested_groups,
-    saying_order,
+    rule_units,
     shared_count,
     states,
     top_forms,
@@ -45,15 +44,7 @@ def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: Feat
     (`findings.group_head`: the broadest rule that adds no words where nothing differs), with
     every member's proposers; rules a chain of nesting brought in but the head does not hold form
     units of their own (`findings.headed_groups`)."""
-    train_rows, holdout_rows, keys = [k.train_rows for k in kept], [k.holdout_rows for k in kept], [k.key for k in kept]
-    units = []
-    for nested in nested_groups(holdout_rows, keys, fcfg.finding_overlap):
-        t = kept[nested[0]]
-        prefer = [saying_order(kept[i].rule) for i in nested]
-        lp_a, lp_b = lp_by_row[t.pair[0]], lp_by_row[t.pair[1]]
-        for g, h in headed_groups(nested, train_rows, holdout_rows, keys, lp_a, lp_b, t.sign, prefer, fcfg.finding_overlap):
-            units.append(_unit(kept, g, kept[h]))
-    return units
+    return [_unit(kept, g, kept[h]) for g, h in rule_units(kept, lp_by_row, fcfg.finding_overlap)]
 
 
 def _unit(kept: list[Tested], g: list[int], head: Tested) -> Tested:
