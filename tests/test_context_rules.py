@@ -152,9 +152,10 @@ def test_one_mark_two_kinds_of_sentence_opposite_winners_are_two_findings_that_s
     """'?' after "Why ...": A better; '?' after "Is it ...": B better. Said as the same form, they
     are one mark with two winners; the sentence's opener is what tells them apart."""
     from bbox_sae.artifacts import read_table
-    from helpers.planted import planted_pipeline
+    from helpers.planted import assert_statements_true, planted_pipeline
 
     cfg, _, _ = planted_pipeline(tmp_path, planted_delta=2.0, docs=question_corpus(), is_planted=question_by_opener)
+    assert_statements_true(cfg)
     findings = {f["statement"]: f["better_model"] for f in read_table(cfg.paths.findings).to_pylist()}
     assert findings.get("'?' (question mark) in a sentence that began with a wh-word") == "A"
     assert findings.get("'?' (question mark) in a sentence that did not begin with a wh-word") == "B"

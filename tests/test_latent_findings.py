@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bbox_sae.artifacts import read_table
-from helpers.planted import planted_pipeline, planted_rows
+from helpers.planted import assert_statements_true, planted_pipeline, planted_rows
 
 ANIMALS = (
     "cat dog horse cow sheep goat pig mouse rabbit fox wolf bear deer lion tiger monkey donkey duck goose hen owl eagle "
@@ -73,6 +73,7 @@ def test_a_class_no_rule_states_is_one_finding_said_by_its_words(animal_run):
     assert f["statement"].startswith("a group of ") and f["detection"] >= 0.85
     tested = read_table(cfg.paths.rules).to_pandas()
     assert {"rule", "latent"} >= set(tested["kind"]) and (tested["kind"] == "latent").any()
+    assert_statements_true(cfg)
 
 
 def test_an_llm_names_a_latent_finding_and_its_name_is_tested_on_held_out_words(animal_run):

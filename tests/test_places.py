@@ -38,7 +38,7 @@ def test_a_class_of_layout_is_that_layout_and_a_word_alone_has_no_place():
 
 
 def test_a_unit_takes_the_most_specific_place_holding_for_half_its_words():
-    docs = [["\n\n", "OLIVER", ".", "\n", "Then", " oliver", " went", "\n\n", "OLIVER", "."]]
+    docs = [["Act", " one", ",", " scene", " two", ",", " here", "\n\n", "OLIVER", ".", "\n", "Then", " oliver", " went", "\n\n", "OLIVER", "."]]
     attrs = word_attributes(docs)
     oliver = np.flatnonzero(attrs.form == attrs.code["f:oliver"])
     members = (Rule("form", "f:oliver"), Rule("form", "f:oliver", "layout", "line_start"), Rule("form", "f:oliver", "layout", "after_blank"))
@@ -87,7 +87,9 @@ def test_one_form_after_several_left_words_of_one_winner_is_one_finding_said_onc
 def test_a_word_most_of_whose_words_open_a_speech_is_in_that_place_whatever_its_rules_say():
     """'leontes' (a rule of the word alone) opens a speech in most of its held-out words: it joins
     the other speakers' names after a blank line, not a finding of its own."""
-    attrs = word_attributes([["\n\n", "LEONTES", ".", "\n", "Sir", " leontes", "\n\n", "LEONTES", ".", "\n\n", "LEONTES"]])
+    attrs = word_attributes(
+        [["Act", " one", ",", " scene", " two", "\n\n", "LEONTES", ".", "\n", "Sir", " leontes", "\n\n", "LEONTES", ".", "\n\n", "LEONTES"]]
+    )
     leontes = np.flatnonzero(attrs.form == attrs.code["f:leontes"])
     unit = candidates.Tested("rule", ("a", "b"), -1, [], leontes, leontes, rule=Rule("form", "f:leontes"), members=(Rule("form", "f:leontes"),))
     assert unit_place(unit, attrs) == ("layout", "after_blank")  # 3 of 4
@@ -98,7 +100,7 @@ def test_many_forms_of_one_place_are_said_once_most_frequent_first():
     rules = [Rule("form", f"f:{f}", "layout", "line_start") for f in forms]
     assert describe_rules(rules) == "a word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"
     assert describe_rules(rules[:2]) == "'then' or 'or', each at the start of a line"
-    assert describe_rules([*rules[:2], Rule("form", "f:enter")]) == "'then' or 'or', each at the start of a line or 'enter'"
+    assert describe_rules([*rules[:2], Rule("form", "f:enter")]) == "'then' or 'or', each at the start of a line; or 'enter'"
 
 
 def test_a_latent_carries_a_unit_when_enough_of_its_top_words_are_the_units():
@@ -144,3 +146,38 @@ def test_a_latent_group_of_a_punctuation_mark_and_words_that_rules_hold_is_no_fi
     assert mixes_kinds(attrs, rows)  # 3 of 8 punctuation, 5 words
     assert not mixes_kinds(attrs, rows[[0, 1, 3, 4, 6]])
     assert not mixes_kinds(attrs, rows[[0, 1, 2, 3, 4, 6]], share=0.2)  # 1 mark of 6: under a fifth
+
+
+def test_a_statement_of_several_parts_says_each_part_once_and_keeps_the_parts_apart():
+    """Forms with no context are one part, forms of one place another, and parts that list forms
+    are kept apart by "; or" (the demo's line-opening words beside 'then' anywhere and 'i' among
+    the text's first words read as one run-on list before)."""
+    line_start = [Rule("form", f"f:{f}", "layout", "line_start") for f in ("or", "was", "yet", "against", "than")]
+    rules = [Rule("form", "f:then"), *line_start, Rule("form", "f:whose"), Rule("form", "f:i", "context", "doc_opening")]
+    assert describe_rules(rules) == (
+        "'then' or 'whose'; 'or', 'was', 'yet', 'against' or 'than', each at the start of a line; or 'i' among the first 5 words of the text"
+    )
+    assert describe_rules([Rule("form", "f:thou"), Rule("form", "f:thy")]) == "'thou' or 'thy'"
+
+
+def test_one_form_in_several_contexts_of_one_winner_is_one_finding_said_once():
+    """'.]' right after 'exeunt' and '.]' among the text's first words, both Gemma's (the demo):
+    one mark, one winner, one finding, the form said once."""
+    opening = ("context", "doc_opening")
+    units = [
+        _unit(Rule("form", "f:.]", "form", "f:exeunt"), 0, place=("form", "f:exeunt"), token_kind="punctuation"),
+        _unit(Rule("form", "f:.]", "context", "doc_opening"), 10, place=opening, token_kind="punctuation"),
+        _unit(Rule("form", "f:[", "class", "c:start"), 20, place=opening, token_kind="punctuation"),  # the text's opening: a place
+        _unit(Rule("form", "f:.]", "form", "f:enter"), 30, sign=1, place=("form", "f:enter"), token_kind="punctuation"),  # the other winner
+    ]
+    assert finding_groups(units, 0.5) == [[0, 1, 2], [3]]
+    assert describe_rules([u.rule for u in units[:2]]) == "'.]' right after 'exeunt' or among the first 5 words of the text"
+
+
+def test_the_opening_words_of_a_text_are_a_place():
+    attrs = word_attributes([["[", "Enter", " X", ".]", "\n", "Y", ".]"], ["[", "Exit", ".]"]])
+    brackets = np.flatnonzero(attrs.form == attrs.code["f:["])
+    unit = candidates.Tested(
+        "rule", ("a", "b"), -1, [], brackets, brackets, rule=Rule("form", "f:[", "class", "c:start"), members=(Rule("form", "f:[", "class", "c:start"),)
+    )
+    assert unit_place(unit, attrs) == ("context", "doc_opening")

@@ -88,7 +88,7 @@ def test_a_planted_line_start_difference_is_one_baseline_difference_covered_only
     rows_by_split = {"train": np.flatnonzero(~held), "holdout": np.flatnonzero(held)}
     fcfg = FeaturesConfig(rule_search=False)
     searched = searched_candidates([], attrs, rows_by_split, {"a": lp_a, "b": lp_b}, [("a", "b")], fcfg)
-    (difference,) = baseline_differences(searched, {"a": lp_a, "b": lp_b}, fcfg)
+    (difference,) = baseline_differences(searched, {"a": lp_a, "b": lp_b}, fcfg, seed=0)
     assert difference["better_model"] == "b"
     assert set(difference["rows"]) == set(np.flatnonzero(then & held))
     half = difference["rows"][: len(difference["rows"]) // 2 + 1]
@@ -133,7 +133,7 @@ def test_a_difference_the_grammar_states_is_a_finding_whatever_the_sae_seed(tmp_
     """'you' right after a conjunction, B worse by 2 nats: a rule of the grammar, so a finding
     covers it (precision and recall >= 0.9) with either SAE seed, proposed by the rule search."""
     from bbox_sae.artifacts import read_table
-    from helpers.planted import planted_pipeline, planted_rows
+    from helpers.planted import assert_statements_true, planted_pipeline, planted_rows
 
     for seed in (0, 1):
         cfg, planted, words = planted_pipeline(
@@ -149,3 +149,4 @@ def test_a_difference_the_grammar_states_is_a_finding_whatever_the_sae_seed(tmp_
         assert on_rows[rows].mean() >= 0.9 and np.isin(np.flatnonzero(on_rows & holdout), rows).mean() >= 0.9
         search = read_table(cfg.paths.rule_search).to_pylist()
         assert search and all(d["covered_by"] is not None for d in search)
+        assert_statements_true(cfg)

@@ -266,7 +266,7 @@ def test_rules_after_one_word_are_said_once():
     mother, brother = Rule("form", "f:mother", "form", "f:my"), Rule("form", "f:brother", "form", "f:my")
     lord = Rule("form", "f:lord", "form", "f:my")
     assert describe_rules([lord, mother, brother]) == "'lord', 'mother' or 'brother', each right after 'my'"
-    assert describe_rules([mother, Rule("form", "f:?"), brother]) == "'mother' or 'brother', each right after 'my' or '?' (question mark)"
+    assert describe_rules([mother, Rule("form", "f:?"), brother]) == "'mother' or 'brother', each right after 'my'; or '?' (question mark)"
     assert describe_rules([Rule("form", "f:thou"), Rule("form", "f:thy")]) == "'thou' or 'thy'"
 
 

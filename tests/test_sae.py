@@ -28,8 +28,8 @@ def test_recovers_planted_directions(tmp_path, architecture, matrix_dtype):
         assert f.exists()
 
 
-def test_wandb_offline_run_has_the_logged_keys(tmp_path):
-    cfg, _ = planted_run(tmp_path, n=3000, epochs=3)
+def test_wandb_offline_run_has_the_logged_keys_and_no_artifact_per_checkpoint(tmp_path):
+    cfg, _ = planted_run(tmp_path, n=3000, epochs=3, checkpoint_every=10)
     run_train(cfg)
     runs = list(cfg.paths.wandb.rglob("offline-run-*"))
     assert len(runs) == 1
@@ -43,6 +43,8 @@ def test_wandb_offline_run_has_the_logged_keys(tmp_path):
         b"eval/holdout_mean_l0_training_mode",
     ):
         assert key in blob
+    # sae-lens logs an artifact (cfg.json alone) at each checkpoint; the report logs the SAE once.
+    assert b"log_feature_sparsity" not in blob and b"sae_None" not in blob
     assert not (tmp_path / "wandb").exists()
 
 

@@ -184,3 +184,40 @@ def test_an_ending_reaches_unseen_forms_but_not_the_forms_train_shows_do_not_dif
     assert word_set.matches([" so"], " kindly") and word_set.matches([], " holy") and not word_set.matches([" it"], " only")
     assert not word_set.matches([], " fly")  # a two-letter ending needs a stem of two letters
     assert WordSet.from_json(word_set.to_json()) == word_set
+
+
+def test_a_finding_said_by_its_words_names_a_left_context_as_a_condition_only_when_every_word_follows_it():
+    """The demo's speakers' names: most open a speech, a few are named in the text. "at the start
+    of a line" as a condition was untrue of those few; said as where most of them are, it is not."""
+    from bbox_sae.features.word_sets import WordSet, describe_words_covered
+
+    doc = [
+        "Act",
+        " one",
+        " here",
+        " now",
+        " then",
+        "\n\n",
+        "GLOSTER",
+        ".",
+        "\n",
+        "Go",
+        "\n\n",
+        "LEAR",
+        ".",
+        "\n",
+        "Sir",
+        " Gloster",
+        " came",
+        "\n\n",
+        "GLOSTER",
+        ".",
+    ]
+    attrs = word_attributes([doc])
+    names = np.flatnonzero(np.isin(attrs.form, [attrs.code["f:gloster"], attrs.code["f:lear"]]))
+    said = describe_words_covered(attrs, names)
+    assert said.left is None and said.mask(attrs, names).all()
+    assert said.describe() == "a group of 2 word forms, most often 'gloster', 'lear' (75% of them right after a blank line)"
+    assert WordSet.from_json(said.to_json()) == said
+    speech_starts = names[attrs.after_blank[names]]
+    assert describe_words_covered(attrs, speech_starts).describe() == "a group of 2 word forms, most often 'gloster', 'lear' right after a blank line"

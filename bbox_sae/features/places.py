@@ -18,12 +18,18 @@ from bbox_sae.features.findings import memberships
 from bbox_sae.features.rule_statements import canonical_place
 from bbox_sae.features.rules import Rule, WordAttributes
 
-# More specific first: a left word, a left class, a blank line, a line start.
-SPECIFICITY = {"form": 0, "class": 1, "after_blank": 2, "line_start": 3}
+# More specific first: a left word, a left class, the text's opening words, a blank line, a line start.
+SPECIFICITY = {"form": 0, "class": 1, "doc_opening": 2, "after_blank": 3, "line_start": 4}
+# The one context attribute that is a place: the opening of a text is a layout of the document, as
+# a blank line is ('[' at the start and '.]' among the first words: a passage that opens on a stage
+# direction). The others hold for words all over a text and would join unrelated forms.
+OPENING = ("context", "doc_opening")
+# "Right after the start of the text" is the text's opening, for grouping (not for saying it).
+OPENING_LEFTS = {("class", "c:start"), ("form", "f:")}
 
 
 def _specificity(place: tuple[str, str]) -> int:
-    return SPECIFICITY[place[1]] if place[0] == "layout" else SPECIFICITY[place[0]]
+    return SPECIFICITY[place[1]] if place[0] in ("layout", "context") else SPECIFICITY[place[0]]
 
 
 def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple[str, str] | None:
@@ -33,13 +39,16 @@ def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple
     candidates = {canonical_place(rule) for rule in unit.members or ((unit.rule,) if unit.rule is not None else ())}
     if unit.word_set is not None and unit.word_set.left is not None:
         candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
-    candidates |= {("layout", "line_start"), ("layout", "after_blank")}
-    # A context attribute is no place: "'?' in a sentence that began with a wh-word" joins no other
-    # form's unit by it (most words are in a sentence that did not).
+    candidates = {OPENING if p in OPENING_LEFTS else p for p in candidates} | {("layout", "line_start"), ("layout", "after_blank"), OPENING}
+    # Other context attributes are no place: "'?' in a sentence that began with a wh-word" joins no
+    # other form's unit by it (most words are in a sentence that did not).
     places = {
         p
         for p in candidates
-        if p is not None and p[0] != "context" and len(unit.holdout_rows) and Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share
+        if p is not None
+        and (p[0] != "context" or p == OPENING)
+        and len(unit.holdout_rows)
+        and Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share
     }
     return min(places, key=lambda p: (_specificity(p), p)) if places else None
 

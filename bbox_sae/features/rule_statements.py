@@ -26,33 +26,45 @@ def canonical_place(rule: Rule) -> tuple[str, str] | None:
 def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     """Rules in words, joined by "or"; listed word forms in one left context are said once, in the
     order given ("'lord', 'mother' or 'brother', each right after 'my'"; past `LISTED_FORMS`, "a
-    word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"), and so is one form
-    right after several left forms ("a line break right after '?' (question mark) or '!'")."""
+    word at the start of a line: 'then', 'or', 'yet', 'whose' and 3 more"), and so are forms in no
+    context ("'then' or 'whose'") and one form right after several left forms ("a line break right
+    after '?' (question mark) or '!'"). Parts that list forms themselves are kept apart by "; or".
+    """
     said: list[list[Rule]] = []
-    in_place: dict[tuple[str, str], list[Rule]] = {}
+    in_place: dict[tuple[str, str] | str, list[Rule]] = {}
     for r in rules:
-        place = canonical_place(r) if r.word_kind == "form" else None
+        place = (canonical_place(r) or (ANYWHERE if not r.left_kind else None)) if r.word_kind == "form" else None
         if place in in_place:
             in_place[place].append(r)
             continue
         said.append([r])
         if place:
             in_place[place] = said[-1]
-    said = _after_left_forms(said)
+    parts = [_together(g) for g in _after_left_forms(said)]
+    if len(parts) > 1 and any("," in p or ":" in p for p in parts):
+        return "; ".join(parts[:-1]) + "; or " + parts[-1]
+    return " or ".join(parts)
 
-    def together(group: list[Rule]) -> str:
-        if len(group) == 1:
-            return group[0].describe()
-        if _one_form_after_forms(group):
-            lefts = [_phrase("form", r.left_value) for r in group]
-            return f"{_phrase('form', group[0].word_value)} right after {_listed(lefts, 'a word')}"
-        place = Rule(None, None, *canonical_place(group[0])).describe()
-        words = [_phrase("form", r.word_value) for r in group]
-        if len(words) > LISTED_FORMS:
-            return f"{place}: {', '.join(words[:LISTED_FORMS])} and {len(words) - LISTED_FORMS} more"
-        return f"{', '.join(words[:-1])} or {words[-1]}, each {place.removeprefix('a word ')}"
 
-    return " or ".join(together(g) for g in said)
+ANYWHERE = "anywhere"  # the place of forms said with no context
+
+
+def _together(group: list[Rule]) -> str:
+    if len(group) == 1:
+        return group[0].describe()
+    words = [_phrase("form", r.word_value) for r in group]
+    if not group[0].left_kind:
+        return _listed(words, "a word")
+    if _one_form_after_forms(group):
+        lefts = [_phrase("form", r.left_value) for r in group]
+        return f"{_phrase('form', group[0].word_value)} right after {_listed(lefts, 'a word')}"
+    if len({r.word_value for r in group}) == 1 and len({canonical_place(r) for r in group}) == len(group):  # one form, several contexts
+        contexts = [Rule(None, None, r.left_kind, r.left_value).describe().removeprefix("a word ") for r in group]
+        return f"{_phrase('form', group[0].word_value)} {' or '.join(contexts)}"
+    place = Rule(None, None, *canonical_place(group[0])).describe()
+    if len(words) > LISTED_FORMS + 1:
+        return f"{place}: {', '.join(words[:LISTED_FORMS])} and {len(words) - LISTED_FORMS} more"
+    return f"{', '.join(words[:-1])} or {words[-1]}, each {place.removeprefix('a word ')}"
 
 
 def _one_form_after_forms(group: list[Rule]) -> bool:
@@ -60,20 +72,21 @@ def _one_form_after_forms(group: list[Rule]) -> bool:
 
 
 def _listed(phrases: list[str], noun: str) -> str:
-    """'a', 'b' or 'c'; past `LISTED_FORMS`, "one of 9 words: 'a', 'b', 'c', 'd' and 5 more"."""
-    if len(phrases) > LISTED_FORMS:
+    """'a', 'b' or 'c'; past `LISTED_FORMS` and one more, "one of 9 words: 'a', 'b', 'c', 'd' and 5 more"."""
+    if len(phrases) > LISTED_FORMS + 1:
         return f"one of {len(phrases)} {noun.removeprefix('a ')}s: {', '.join(phrases[:LISTED_FORMS])} and {len(phrases) - LISTED_FORMS} more"
     return f"{', '.join(phrases[:-1])} or {phrases[-1]}"
 
 
 def _after_left_forms(said: list[list[Rule]]) -> list[list[Rule]]:
-    """Lone rules "form right after form" that share their word form said as one: the first one's
-    group takes the others, in the order given."""
+    """Lone rules of a form in a context that share their word form said as one ("'.]' right after
+    'exeunt' or among the first 5 words of the text"): the first one's group takes the others, in
+    the order given."""
     out: list[list[Rule]] = []
     by_word: dict[str, list[Rule]] = {}
     for group in said:
         r = group[0]
-        if len(group) == 1 and r.word_kind == "form" and r.left_kind == "form":
+        if len(group) == 1 and r.word_kind == "form" and r.left_kind:
             if r.word_value in by_word:
                 by_word[r.word_value].append(r)
                 continue

@@ -32,10 +32,10 @@ from bbox_sae.features.findings import (
     top_forms,
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
-from bbox_sae.features.places import carrying_latents, unit_place
+from bbox_sae.features.places import OPENING, carrying_latents, unit_place
 from bbox_sae.features.rule_statements import describe_rules
 from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
-from bbox_sae.features.word_sets import WordSet, describe_word_set
+from bbox_sae.features.word_sets import WordSet, describe_words_covered
 from bbox_sae.schemas import latent_ids
 
 
@@ -146,10 +146,14 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     first_with: dict[tuple, int] = {}
     for gi, g in enumerate(groups):
         for i in g:
+            head = units[i].rule
+            if head is not None and head.word_kind == "form" and head.left_kind:
+                # One form in several contexts, one winner: '.]' after 'exeunt' and '.]' among the text's first words.
+                uf.union(gi, first_with.setdefault((units[i].key, "the form", head.word_value), gi))
             place = _place(units[i])
             if place is None:
                 continue
-            joiners = {PLACE} if place[0] in PLACES_THAT_JOIN else {*units[i].latents, *units[i].carriers}
+            joiners = {PLACE} if place[0] in PLACES_THAT_JOIN or place == OPENING else {*units[i].latents, *units[i].carriers}
             places = [place]
             head = units[i].rule
             if place[0] == "form" and head is not None and head.word_kind == "form":
@@ -207,7 +211,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     fires = inputs.fires_of(proposers)
     column = {latent: j for j, latent in enumerate(proposers)}
     tested, first_rule = propose_candidates(feats, inputs, fires, column)
-    test_candidates(tested, inputs.lp_by_row, fcfg)
+    test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed)
     units = _kept_units(tested, inputs, fires, column)
     groups = finding_groups(units, fcfg.finding_overlap)
     findings = [dict(_finding_row(g, units, inputs, fires, column), finding=i) for i, g in enumerate(groups)]
@@ -217,7 +221,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     findings, finding_words, _ = number_by_effect(findings, finding_words)
     features = _mark_members(feats, findings, finding_words, inputs, fires, column, first_rule)
     searched = searched_candidates(tested, inputs.attrs, inputs.rows_by_split, inputs.lp_by_row, inputs.pairs, fcfg)
-    differences = baseline_differences(searched, inputs.lp_by_row, fcfg)
+    differences = baseline_differences(searched, inputs.lp_by_row, fcfg, inputs.seed)
     holdout_words = {f: rows for f, split, rows in finding_words if split == "holdout"}
     findings = [dict(f, single_rule=single_rule_states(f, differences, holdout_words)) for f in findings]
     return FindingTables(features, findings, [tested_row(t) for t in tested], finding_words, baseline_table(differences, findings, holdout_words))
@@ -297,7 +301,7 @@ def statement_word_set(members: list[Tested], attrs: WordAttributes, train_rows:
     sets = sorted((u for u in members if u.word_set is not None), key=lambda u: -len(u.holdout_rows))
     if sets and sets[0].word_set.mask(attrs, holdout_rows).mean() >= RULE_STATES:
         return sets[0].word_set
-    return describe_word_set(attrs, train_rows)
+    return describe_words_covered(attrs, np.concatenate([train_rows, holdout_rows]))
 
 
 def _mark_members(

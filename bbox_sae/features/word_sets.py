@@ -43,6 +43,10 @@ class WordSet:
     # Forms of the suffix the set is not: seen on train, and the proposing model does not win on
     # most of them ('only' among the '-ly' words).
     excluded: tuple[str, ...] = ()
+    # Said, not a condition: where most of the words are when not all of them are (a finding's
+    # speakers' names, most of them after a blank line, a few named in the text).
+    usual_left: Rule | None = None
+    usual_share: float | None = None
 
     def describe(self) -> str:
         shown = ", ".join(_phrase("form", "f:" + f) for f in self.forms[:SHOWN_FORMS])
@@ -55,9 +59,12 @@ class WordSet:
             subject = shown
         else:
             subject = f"a group of {len(self.forms)} word forms, most often {shown}"
-        if self.left is None:
-            return subject
-        return subject + Rule(None, None, self.left.left_kind, self.left.left_value).describe().removeprefix("a word")
+        if self.left is not None:
+            subject += Rule(None, None, self.left.left_kind, self.left.left_value).describe().removeprefix("a word")
+        if self.usual_left is not None:
+            where = Rule(None, None, self.usual_left.left_kind, self.usual_left.left_value).describe().removeprefix("a word ")
+            subject += f" ({self.usual_share:.0%} of them {where})"
+        return subject
 
     def mask(self, attrs: WordAttributes, rows: np.ndarray) -> np.ndarray:
         """Where the statement holds among `rows` of `attrs` (the offline judge, on rows)."""
@@ -78,13 +85,25 @@ class WordSet:
 
     def to_json(self) -> str:
         left = self.left.as_dict() if self.left else None
-        return json.dumps({"forms": list(self.forms), "counts": list(self.counts), "suffix": self.suffix, "left": left, "excluded": list(self.excluded)})
+        usual = self.usual_left.as_dict() if self.usual_left else None
+        return json.dumps(
+            {
+                "forms": list(self.forms),
+                "counts": list(self.counts),
+                "suffix": self.suffix,
+                "left": left,
+                "excluded": list(self.excluded),
+                "usual_left": usual,
+                "usual_share": self.usual_share,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> WordSet:
         raw = json.loads(text)
         left = Rule(**raw["left"]) if raw.get("left") else None
-        return cls(tuple(raw["forms"]), tuple(raw["counts"]), raw.get("suffix"), left, tuple(raw.get("excluded", ())))
+        usual = Rule(**raw["usual_left"]) if raw.get("usual_left") else None
+        return cls(tuple(raw["forms"]), tuple(raw["counts"]), raw.get("suffix"), left, tuple(raw.get("excluded", ())), usual, raw.get("usual_share"))
 
 
 def has_suffix(form: str, suffix: str) -> bool:
@@ -137,19 +156,19 @@ def suffix_word_set(attrs: WordAttributes, rows: np.ndarray, suffix: str, total:
     return WordSet(forms=tuple(f for f, _ in ranked), counts=tuple(c for _, c in ranked), suffix=suffix, left=shared_left(attrs, rows), excluded=excluded)
 
 
-def shared_left(attrs: WordAttributes, rows: np.ndarray) -> Rule | None:
-    """The left context most of the words follow, a word form before a class (more telling)."""
+def shared_left(attrs: WordAttributes, rows: np.ndarray, share: float = LEFT_SHARE) -> Rule | None:
+    """The left context at least `share` of the words follow, a word form before a class (more telling)."""
     n = len(rows)
     for kind, col in (("form", attrs.left_form), ("form2", attrs.left2_form), ("class", attrs.left_cls)):
         value, count = Counter(col[rows].tolist()).most_common(1)[0]
-        if count >= LEFT_SHARE * n:
+        if count >= share * n:
             return Rule(None, None, kind, attrs.vocab[value])
     for layout, col in (("after_blank", attrs.after_blank), ("line_start", attrs.line_start)):
-        if col[rows].sum() >= LEFT_SHARE * n:
+        if col[rows].sum() >= share * n:
             return Rule(None, None, "layout", layout)
     # Not `rare`: it is the forms' own count, which the listed forms (or the ending) already say.
     for flag in (f for f in context.ALONE if f != "rare"):
-        if attrs.context[rows, context.FLAGS.index(flag)].sum() >= LEFT_SHARE * n:
+        if attrs.context[rows, context.FLAGS.index(flag)].sum() >= share * n:
             return Rule(None, None, "context", flag)
     return None
 
@@ -159,3 +178,19 @@ def describe_word_set(attrs: WordAttributes, rows: np.ndarray) -> WordSet:
     forms = Counter(attrs.vocab[c][2:] for c in attrs.form[rows].tolist())
     ranked = sorted(forms.items(), key=lambda fc: (-fc[1], fc[0]))
     return WordSet(forms=tuple(f for f, _ in ranked), counts=tuple(c for _, c in ranked), suffix=_shared_suffix(forms), left=shared_left(attrs, rows))
+
+
+USUAL_SHARE = 0.5  # a left context said of "most of them" holds for at least this share of the words
+
+
+def describe_words_covered(attrs: WordAttributes, rows: np.ndarray) -> WordSet:
+    """What every word at `rows` (a finding's words, train and held out) is: each form listed, and
+    a left context as a condition only when every word follows it, else said as where most of them
+    are ("a group of 9 word forms, most often 'shallow', 'charmian', 'gloster' (75% of them after a
+    blank line)"). Which words a finding covers is known before any held-out Δ is read, so saying
+    them reads nothing the test decides on."""
+    described = describe_word_set(attrs, rows)
+    left = shared_left(attrs, rows, share=1.0)
+    usual = None if left is not None else shared_left(attrs, rows, share=USUAL_SHARE)
+    usual_share = float(usual.mask(attrs, rows).mean()) if usual is not None else None
+    return WordSet(described.forms, described.counts, described.suffix, left, described.excluded, usual, usual_share)

@@ -184,13 +184,26 @@ def _trainer_config(cfg: Config, total_steps: int, batch: int, device: str, chec
         feature_sampling_window=max(1, min(2000, total_steps // 4)),
         n_checkpoints=0,
         checkpoint_path=str(checkpoints),
-        logger=LoggingConfig(
+        logger=_metrics_only(LoggingConfig)(
             log_to_wandb=cfg.wandb.mode != "disabled",
             log_weights_to_wandb=False,
             wandb_log_frequency=max(1, min(10, total_steps // 20)),
             eval_every_n_wandb_logs=10**9,
         ),
     )
+
+
+def _metrics_only(logging_config: type) -> type:
+    """sae-lens's logging with its metrics and none of its per-checkpoint artifacts: it logs one
+    at every checkpoint, which with `log_weights_to_wandb` off holds only cfg.json (the demo's
+    train run had ten `sae_None_None_512`). The report logs the trained SAE once, as a model
+    artifact with its metrics (`report.wandb_tables`)."""
+
+    class MetricsOnly(logging_config):
+        def log(self, *args, **kwargs) -> None:
+            return None
+
+    return MetricsOnly
 
 
 def _make_trainer(cfg: Config, sae, provider: RowBatches, total_steps: int, batch: int, device: str, paths: SaeRunLayout, latest: Path | None):

@@ -147,3 +147,12 @@ def planted_run(tmp_path, n=12000, d=48, m=64, k=3, matrix_dtype="float32", **sa
     pq.write_table(pa.table({"row": np.arange(n), "doc_id": [str(i) for i in range(n)], "word_idx": np.zeros(n, np.int32), "split": split}), paths.index)
     paths.build_info.write_text(json.dumps({"d_in": d}))
     return cfg, directions
+
+
+def assert_statements_true(cfg, bound: float = 0.95) -> None:
+    """Every finding's statement holds for at least `bound` of its held-out words, read by code
+    that did not write it (`evaluation.statement_truth`)."""
+    from bbox_sae.evaluation.statement_truth import statement_truth
+
+    untrue = [(t.statement, round(t.share, 2)) for t in statement_truth(cfg.paths.findings.parent) if t.share < bound]
+    assert not untrue, f"statements not true of their words: {untrue}"
