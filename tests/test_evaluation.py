@@ -133,3 +133,23 @@ def test_a_split_rule_is_matched_to_the_part_that_recovers_most_of_it():
     assert max([thine, thou, loose]) == thou
     assert max([loose, match_rank(0.5, 1.0)]) == loose  # none recovers: the more precise
     assert match_rank(0.0, 0.0) == (False, 0.0)  # the starting point, beaten by any overlap
+
+
+def test_handbook_context_rules_match_what_they_say():
+    """The Handbook's six context rules beside its eight shipped ones: '.' by how its sentence began
+    (the Handbook has few '?' and '!'), quotes, a capitalised word repeated from far back."""
+    from collections import Counter
+
+    rules, _, _ = load_rules("configs/planted-rules-handbook-context.yaml")
+    shipped, _, _ = load_rules("configs/planted-rules-handbook.yaml")
+    assert rules[: len(shipped)] == shipped and len(rules) == len(shipped) + 6
+    filler = " ".join(f"w{i}" for i in range(31))
+    text = f"When Debian boots, it runs. Debian is “apt update” {filler} stable. {filler} Debian"
+    words = split_words(text)
+    counts = Counter(w.strip().lower() for w in words) + Counter({"debian": 10})
+    hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words, counts))] for r in rules[len(shipped) :]}
+    assert hits["wh-full-stop"] == ["."] and hits["other-full-stop"] == ["."]
+    assert hits["inside-quotes"] == ["apt", "update", "”"]
+    assert hits["text-opening"] == ["When", "Debian", "boots", ",", "it", "runs"]
+    assert hits["long-range-repeat"] == ["Debian"]  # the last word: 'Debian' last used 64 words back
+    assert "boots" in hits["rare-word"] and "Debian" not in hits["rare-word"]

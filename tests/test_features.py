@@ -157,6 +157,8 @@ def test_planted_difference_is_found_with_b_worse(planted_run):
     recovery = score_recovery(cfg, cfg.out, [rule], {rule.name: planted_rows}, "sae")["per_rule"][rule.name]
     said = next(f for f in labeled_findings(cfg.paths) if f["finding"] == recovery["finding"])
     assert recovery["recovered"] and recovery["detection"] == said["detection"] >= 0.85 and recovery["label"] == said["statement"]
+    # Whether the SAE sees the rule at all: a latent whose train top words are mostly 'were' after 'if'.
+    assert recovery["latent"] is not None and recovery["latent_precision"] >= 0.8 and 0 < recovery["latent_recall"] <= 1
     stats = json.loads(cfg.paths.corpus_stats.read_text())
     assert stats["models"]["A"]["mean_logprob"] > stats["models"]["B"]["mean_logprob"]
     assert index.num_rows == stats["words"]

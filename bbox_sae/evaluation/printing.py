@@ -39,6 +39,7 @@ def print_planted(results: dict) -> None:
             "splits",
             "finding",
             "statement (kind)",
+            "best latent (its top words: rule share / share of the rule)",
         ],
         [
             [
@@ -54,6 +55,7 @@ def print_planted(results: dict) -> None:
                 v["splits"],
                 fmt(v["finding"]),
                 f"{v['label']} ({v.get('kind')})" if v.get("label") else "-",
+                f"{v['latent']}: {v['latent_precision']:.2f} / {v['latent_recall']:.2f}" if v.get("latent") is not None else "-",
             ]
             for n, v in full["per_rule"].items()
         ],

@@ -68,6 +68,22 @@ def _group_rows(top: pa.Table) -> dict[int, np.ndarray]:
     return {int(latents[s]): rows[s:e] for s, e in zip(bounds[:-1], bounds[1:])}
 
 
+def _carrying_latent(top_rows_of: dict[int, np.ndarray], rule_mask: np.ndarray, holdout: np.ndarray) -> dict:
+    """Whether the SAE sees a planted rule at all, whatever the findings say: the latent whose
+    train top words are most that rule's (`latent_precision`), and the share of the rule's train
+    words among them (`latent_recall`)."""
+    train_words = int((rule_mask & ~holdout).sum())
+    best = {"latent": None, "latent_precision": 0.0, "latent_recall": 0.0}
+    for latent, rows in top_rows_of.items():
+        if not len(rows):
+            continue
+        precision = float(rule_mask[rows].mean())
+        if precision > best["latent_precision"]:
+            recall = float(rule_mask[rows].sum() / train_words) if train_words else 0.0
+            best = {"latent": latent, "latent_precision": precision, "latent_recall": recall}
+    return best
+
+
 def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], masks_by_row: dict[str, np.ndarray], source: str) -> dict:
     """Recovery per rule and FDR for the findings in `features_dir` (rows aligned to `cfg.out`'s build index)."""
     from bbox_sae.labeling.finding_statements import labeled_findings
@@ -106,6 +122,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
     for r in rules:
         winner = cfg.compare[0][1] if r.delta > 0 else cfg.compare[0][0]
         rule_holdout = masks_by_row[r.name] & holdout
+        carrier = _carrying_latent(top_rows_of, masks_by_row[r.name], holdout)
         best = {
             "recovered": False,
             "precision": 0.0,
@@ -138,7 +155,7 @@ def score_recovery(cfg: Config, features_dir: Path, rules: list[PlantedRule], ma
                     # no statement of its own: the median of its latents' label detections.
                     detection=f["detection"] if by_rule else float(np.median(scores)) if scores else None,
                 )
-        per_rule[r.name] = best
+        per_rule[r.name] = {**best, **carrier}
     spurious = [f["finding"] for f, share in zip(findings, shares) if share["_planted"] < SPURIOUS_SHARE]
     recovered = [v for v in per_rule.values() if v["recovered"]]
     return {
