@@ -34,10 +34,8 @@ NUMERIC = {
     "median_dlogp",
     "ci_low",
     "q_value",
-    "consistency",
     "holdout_median_dlogp",
-    "density",
-}
+}  # sign consistency and density: on the feature card, not in the table (test_report_browser)
 
 
 def scored_output_dir(out: Path, fuzz: bool) -> Path:
