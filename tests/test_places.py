@@ -172,6 +172,10 @@ def test_one_form_in_several_contexts_of_one_winner_is_one_finding_said_once():
     ]
     assert finding_groups(units, 0.5) == [[0, 1, 2], [3]]
     assert describe_rules([u.rule for u in units[:2]]) == "'.]' right after 'exeunt' or among the first 5 words of the text"
+    # A word form's contexts are places that join on their own: joining them chained every word
+    # after a form of 'be' into one finding (planted Handbook).
+    used = [_unit(Rule("form", "f:used", "form", f"f:{be}"), 10 * i, place=("form", f"f:{be}")) for i, be in enumerate(("is", "are"))]
+    assert finding_groups(used, 0.5) == [[0], [1]]
 
 
 def test_the_opening_words_of_a_text_are_a_place():
