@@ -188,25 +188,3 @@ def test_the_opening_words_of_a_text_are_a_place():
         "rule", ("a", "b"), -1, [], brackets, brackets, rule=Rule("form", "f:[", "class", "c:start"), members=(Rule("form", "f:[", "class", "c:start"),)
     )
     assert unit_place(unit, attrs) == ("context", "doc_opening")
-
-
-def test_a_latent_group_that_rules_of_different_contexts_hold_joins_nothing_and_one_context_keeps_it():
-    """'?' anywhere and '!' in a sentence that did not begin with a wh-word, one winner, one latent
-    carrying both marks: the group is those two rules, and joining them would bypass the places.
-    Body words that rules of no context hold most of stay one group (planted body-part)."""
-    from types import SimpleNamespace
-
-    from bbox_sae.features.tested_findings import _more_than_its_rules
-
-    attrs = word_attributes([["Is", " it", "?", " O", "!", " Why", "?", " Ah", "!", " so", "?", " no", "!"]])
-    lp = {"a": np.zeros(len(attrs.form)), "b": np.full(len(attrs.form), -2.0)}
-    fcfg = SimpleNamespace(finding_overlap=0.5)
-    marks = np.flatnonzero(np.isin(attrs.form, [attrs.code["f:?"], attrs.code["f:!"]]))
-    group = candidates.Tested("latent", ("a", "b"), 1, [3], marks, marks)
-    question = _unit(Rule("form", "f:?"), 0, sign=1)
-    question.train_rows = question.holdout_rows = marks[attrs.form[marks] == attrs.code["f:?"]]
-    exclamation = _unit(Rule("form", "f:!", "context", "sentence_other"), 0, sign=1)
-    exclamation.train_rows = exclamation.holdout_rows = marks[attrs.form[marks] == attrs.code["f:!"]]
-    assert not _more_than_its_rules(group, [question, exclamation], attrs, lp, fcfg)
-    exclamation.rule = Rule("form", "f:!")  # both of no context: the group stays, as body words do
-    assert _more_than_its_rules(group, [question, exclamation], attrs, lp, fcfg)

@@ -79,19 +79,15 @@ def _more_than_its_rules(group: Tested, rule_units: list[Tested], attrs: WordAtt
     is otherwise barely better: the rules are the findings, and the group, whose test their words
     carried, is not one. '?' and 'thou' inside one latent's group (a planted question mark and
     planted thou-forms, one winner): with every form a rule of the rule search, the group adds no
-    word and joins two differences a person keeps apart, a punctuation mark and words. So do rules
-    of different contexts: '?' anywhere and '!' in a sentence that did not begin with a wh-word
-    (two planted rules, one winner, one latent carrying both marks) were one finding through such a
-    group, which no place would have joined."""
-    inside = [u for u in rule_units if u.key == group.key and _nests(u.holdout_rows, group.holdout_rows, fcfg.finding_overlap)]
+    word and joins two differences a person keeps apart, a punctuation mark and words."""
+    inside = [u.train_rows for u in rule_units if u.key == group.key and _nests(u.holdout_rows, group.holdout_rows, fcfg.finding_overlap)]
     if not inside:
         return True
     in_rules = np.zeros(len(group.train_rows), dtype=bool)
-    for u in inside:
-        in_rules |= in_sorted(group.train_rows, u.train_rows)
+    for rows in inside:
+        in_rules |= in_sorted(group.train_rows, rows)
     core = group.train_rows[in_rules]
-    contexts = {(u.rule.left_kind, u.rule.left_value) for u in inside if u.rule is not None}
-    if in_rules.mean() >= RULE_STATES and (mixes_kinds(attrs, group.train_rows) or len(contexts) > 1):
+    if in_rules.mean() >= RULE_STATES and mixes_kinds(attrs, group.train_rows):
         return False
     return len(core) == 0 or adds_the_difference(group.train_rows, core, lp_by_row[group.pair[0]], lp_by_row[group.pair[1]], group.sign)
 
