@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.errors import ConfigError
-from bbox_sae.evaluation.planting import PlantedRule, load_rules
+from bbox_sae.evaluation.planting import load_rules
 from bbox_sae.features import context
 from bbox_sae.features.rule_statements import describe_rules
 from bbox_sae.features.rules import Rule, shown_word_attributes, word_attributes
@@ -57,21 +57,16 @@ def test_flags_are_causal_a_word_s_flags_do_not_change_with_what_follows(docs, d
 @settings(max_examples=60, deadline=None)
 @given(docs_strategy)
 def test_flags_agree_with_the_planted_rules_independent_reading(docs):
-    """Two implementations of one definition: the tool's attributes and the planted rules' checks."""
+    """Two implementations of one definition: the tool's attributes and the planted rules' checks
+    (as the independent statement reader, `evaluation.statement_truth`, reads each flag)."""
     from collections import Counter
 
+    from bbox_sae.evaluation.statement_truth import FLAG_READERS
+
     counts = Counter(w.strip().lower() for d in docs for w in d)
-    wh = "(?i)^(" + "|".join(sorted(context.WH_WORDS)) + ")$"
-    planted = {
-        "repeat_far": PlantedRule("r", 1.0, repeat_gap=context.REPEAT_GAP),
-        "in_brackets": PlantedRule("b", 1.0, inside="brackets"),
-        "in_quotes": PlantedRule("q", 1.0, inside="quotes"),
-        "doc_opening": PlantedRule("o", 1.0, first_words=context.OPENING_WORDS),
-        "rare": PlantedRule("x", 1.0, corpus_count_max=context.RARE_COUNT),
-        "sentence_wh": PlantedRule("w", 1.0, sentence_start=wh),
-    }
+    assert set(FLAG_READERS) == set(context.FLAGS)
     attrs = word_attributes(docs)
-    for flag, rule in planted.items():
+    for flag, rule in FLAG_READERS.items():
         expected = np.concatenate([rule.matches(d, counts) for d in docs])
         np.testing.assert_array_equal(attrs.context[:, context.FLAGS.index(flag)], expected, err_msg=flag)
 

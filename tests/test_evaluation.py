@@ -38,22 +38,15 @@ def test_shipped_rules_match_what_they_say():
 
 def test_context_rules_match_what_they_say():
     """The six context rules read the document further left than the word before; the eight are the shipped ones."""
-    from collections import Counter
-
-    rules, _, _ = load_rules("configs/planted-rules-shakespeare-context.yaml")
-    shipped, _, _ = load_rules("configs/planted-rules-shakespeare.yaml")
-    assert rules[: len(shipped)] == shipped and len(rules) == len(shipped) + 6
     filler = " ".join(f"w{i}" for i in range(31))
     text = f"[Enter ROMEO.]\nWhy, how sweet it is! {filler} O woe! {filler} sweet"
-    words = split_words(text)
-    counts = Counter(w.strip().lower() for w in words) + Counter({"sweet": 10})  # as if the corpus held 'sweet' more often
-    hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words, counts))] for r in rules[len(shipped) :]}
+    rules, words, hits = _context_hits("shakespeare", text, "sweet")
     assert hits["inside-brackets"] == ["Enter", "ROMEO", ".]"]
     assert hits["wh-exclamation"] == ["!"] and hits["other-exclamation"] == ["!"]
     assert hits["text-opening"] == ["[", "Enter", "ROMEO", ".]", "Why", ",", "how", "sweet"]
     assert hits["long-range-repeat"] == ["sweet"]  # the last word: 'sweet' last used 65 words back
     assert "ROMEO" in hits["rare-word"] and "sweet" not in hits["rare-word"]
-    assert [words[i] for i in np.flatnonzero(rules[len(shipped) + 2].matches(words))].count("!") == 1
+    assert [words[i] for i in np.flatnonzero(rules[2].matches(words))].count("!") == 1
 
 
 def test_handbook_rules_match_what_they_say():
@@ -138,18 +131,25 @@ def test_a_split_rule_is_matched_to_the_part_that_recovers_most_of_it():
 def test_handbook_context_rules_match_what_they_say():
     """The Handbook's six context rules beside its eight shipped ones: '.' by how its sentence began
     (the Handbook has few '?' and '!'), quotes, a capitalised word repeated from far back."""
-    from collections import Counter
-
-    rules, _, _ = load_rules("configs/planted-rules-handbook-context.yaml")
-    shipped, _, _ = load_rules("configs/planted-rules-handbook.yaml")
-    assert rules[: len(shipped)] == shipped and len(rules) == len(shipped) + 6
     filler = " ".join(f"w{i}" for i in range(31))
     text = f"When Debian boots, it runs. Debian is “apt update” {filler} stable. {filler} Debian"
-    words = split_words(text)
-    counts = Counter(w.strip().lower() for w in words) + Counter({"debian": 10})
-    hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words, counts))] for r in rules[len(shipped) :]}
+    _, _, hits = _context_hits("handbook", text, "debian")
     assert hits["wh-full-stop"] == ["."] and hits["other-full-stop"] == ["."]
     assert hits["inside-quotes"] == ["apt", "update", "”"]
     assert hits["text-opening"] == ["When", "Debian", "boots", ",", "it", "runs"]
     assert hits["long-range-repeat"] == ["Debian"]  # the last word: 'Debian' last used 64 words back
     assert "boots" in hits["rare-word"] and "Debian" not in hits["rare-word"]
+
+
+def _context_hits(corpus: str, text: str, common: str):
+    """A corpus's context rules file (its eight shipped rules first, then six), and per context
+    rule the words of `text` it marks, `common` counted as if the corpus held it often."""
+    from collections import Counter
+
+    rules, _, _ = load_rules(f"configs/planted-rules-{corpus}-context.yaml")
+    shipped, _, _ = load_rules(f"configs/planted-rules-{corpus}.yaml")
+    assert rules[: len(shipped)] == shipped and len(rules) == len(shipped) + 6
+    words = split_words(text)
+    counts = Counter(w.strip().lower() for w in words) + Counter({common: 10})
+    hits = {r.name: [words[i].strip() for i in np.flatnonzero(r.matches(words, counts))] for r in rules[len(shipped) :]}
+    return rules[len(shipped) :], words, hits
