@@ -181,6 +181,7 @@ LINE = st.one_of(object_line(), RAW_LINES, st.binary(max_size=30).map(lambda b: 
 @example(lines=[b'{"id": 1, "text": "\xf0\x9f\x99\x82\xf0\x9f\x99\x82"}', b'{"id": 2, "text": " \\t\\n "}'])
 @example(lines=[b'{"id": ' + BIG_INT.encode() + b', "text": "x"}'])
 @example(lines=[b'{"id": "a\\nb", "text": "x"}', b'{"id": "a\\nb", "text": "y"}'])
+@example(lines=[b"(\xb5/\xfd"])  # zstd's magic and no frame: was "no non-empty documents"
 @FUZZ
 def test_jsonl_fuzz_ingests_or_fails_with_file_and_line(tmp_path, lines):
     path = tmp_path / "corpus.jsonl"

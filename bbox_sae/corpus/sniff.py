@@ -83,6 +83,7 @@ def sniff(path: Path) -> FileKind:
     for magic, compression in COMPRESSION_MAGIC:
         if head.startswith(magic):
             try:
+                _check_frame_header(head, compression)
                 with open_compressed(path, compression) as fh:
                     inner = fh.read(SNIFF_BYTES)
             except decompression_errors() as err:
@@ -118,6 +119,15 @@ def open_compressed(path: Path, compression: str) -> BinaryIO:
     # Shards written by several zstd processes (and `cat`-joined ones) hold several frames.
     reader = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True, closefd=True)
     return io.BufferedReader(reader)
+
+
+def _check_frame_header(head: bytes, compression: str) -> None:
+    """A zstd frame whose header cannot be parsed: its stream reader reads nothing and raises
+    nothing, so 4 bytes of zstd magic before other text read as a corpus with no documents."""
+    if compression == "zstd":
+        import zstandard
+
+        zstandard.get_frame_parameters(head)
 
 
 def decompression_errors() -> tuple[type[BaseException], ...]:
