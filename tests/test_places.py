@@ -172,8 +172,7 @@ def test_one_form_in_several_contexts_of_one_winner_is_one_finding_said_once():
     ]
     assert finding_groups(units, 0.5) == [[0, 1, 2], [3]]
     assert describe_rules([u.rule for u in units[:2]]) == "'.]' right after 'exeunt' or among the first 5 words of the text"
-    # A word form's contexts are places that join on their own: joining across them chained places
-    # into one finding (planted Handbook).
+    # A word form's contexts are places that join on their own or stay apart on purpose.
     used = [
         _unit(Rule("form", "f:used", "form", "f:is"), 0, place=("form", "f:is")),
         _unit(Rule("form", "f:used", "layout", "line_start"), 10, place=("layout", "line_start")),

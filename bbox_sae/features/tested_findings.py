@@ -149,16 +149,14 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
             head = units[i].rule
             if head is not None and head.word_kind == "form" and head.left_kind and units[i].token_kind == "punctuation":
                 # One mark in several contexts, one winner: '.]' after 'exeunt' and '.]' among the
-                # text's first words. Not a word form: its contexts are places that join on their
-                # own ('used' after 'is', after 'are', after 'be'), and joining those chained every
-                # word after a form of 'be' into one finding (planted Handbook passives, precision 0.69).
+                # text's first words (the demo). Not a word form: its contexts are places that join
+                # on their own or are kept apart on purpose ('then' at a line start, 'then' after a comma).
                 uf.union(gi, first_with.setdefault((units[i].key, "the mark", head.word_value), gi))
             place = _place(units[i])
             if place is None:
                 continue
             joiners = {PLACE} if place[0] in PLACES_THAT_JOIN or place == OPENING else {*units[i].latents, *units[i].carriers}
             places = [place]
-            head = units[i].rule
             if place[0] == "form" and head is not None and head.word_kind == "form":
                 places.append(("after a form", head.word_value))  # a line break after '?', after '!'
             for where in places:
