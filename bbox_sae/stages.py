@@ -197,7 +197,7 @@ STAGES: list[Stage] = [
         # join; the rule-search baseline is recorded. 8: a finding said by a member's word set keeps
         # that set's exclusions. 9: a left word joins like a layout; a latent's group that rules hold
         # and that mixes punctuation and words is not kept. 10: a place joins one kind of token.
-        version={"findings": 23},
+        version={"findings": 26},
         outputs=lambda c: [
             c.paths.features,
             c.paths.findings,

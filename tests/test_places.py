@@ -2,6 +2,8 @@
 `tested_findings.finding_groups`); a line start and a blank line are different places."""
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bbox_sae.features import candidates
 from bbox_sae.features.places import unit_place
@@ -181,9 +183,76 @@ def test_one_form_in_several_contexts_of_one_winner_is_one_finding_said_once():
 
 
 def test_the_opening_words_of_a_text_are_a_place():
-    attrs = word_attributes([["[", "Enter", " X", ".]", "\n", "Y", ".]"], ["[", "Exit", ".]"]])
+    speech = ["Y", " speaks", " at", " length", "."] * 8  # the opening words are a small share of all words
+    attrs = word_attributes([["[", "Enter", " X", ".]", "\n", *speech], ["[", "Exit", ".]", "\n", *speech]])
     brackets = np.flatnonzero(attrs.form == attrs.code["f:["])
     unit = candidates.Tested(
         "rule", ("a", "b"), -1, [], brackets, brackets, rule=Rule("form", "f:[", "class", "c:start"), members=(Rule("form", "f:[", "class", "c:start"),)
     )
     assert unit_place(unit, attrs) == ("context", "doc_opening")
+
+
+def test_a_place_where_most_words_are_is_no_place():
+    """'?' after a lower-case word: where most words are, so no place that joins '?' to '!'."""
+    attrs = word_attributes([["who", " goes", " there", " now", "?", " stand", " here", " and", " speak", " now", "?", "\n\n", "Nay", " go", " now", "?"]])
+    marks = np.flatnonzero(attrs.form == attrs.code["f:?"])
+    members = (Rule("form", "f:?", "class", "c:word"),)
+    unit = candidates.Tested("rule", ("a", "b"), 1, [], marks, marks, rule=members[0], members=members)
+    assert unit_place(unit, attrs) is None  # every '?' after a lower-case word, as 9 of the 16 words are
+    names = np.flatnonzero(attrs.form == attrs.code["f:nay"])
+    assert unit_place(candidates.Tested("rule", ("a", "b"), 1, [], names, names, rule=Rule("form", "f:nay")), attrs) == ("layout", "after_blank")
+
+
+def _set_unit(rows, sign=1):
+    rows = np.asarray(rows, dtype=np.int64)
+    return candidates.Tested("latent", ("a", "b"), sign, [], rows, rows)
+
+
+def test_a_member_lying_inside_a_finding_brings_its_other_words_only_when_they_differ_too():
+    """Planted Handbook passives: "a lower-case word right after 'be'" lies mostly inside "a word
+    ending in '-ed' right after an auxiliary verb"; its other words ("be able") differ in nothing
+    and stay out, where joining them made 31% of the finding's words not passives."""
+    from bbox_sae.features.tested_findings import finding_rows
+
+    lp_b = np.zeros(200)
+    lp_a = np.zeros(200)
+    lp_a[:100] = 2.0  # the class: model a wins
+    lp_a[150:170] = 2.0  # another part that differs too
+    passives, after_be = _set_unit(np.arange(0, 100)), _set_unit(np.arange(60, 140))  # 40 of 80 inside, its other 40 differ in nothing
+    rows = finding_rows([after_be, passives], {"a": lp_a, "b": lp_b}, containment=0.5)
+    assert rows["holdout"].tolist() == list(range(100)) and rows["whole"] == [1]
+    differing = _set_unit(np.r_[np.arange(80, 100), np.arange(150, 170)])  # half inside, the other half differs
+    rows = finding_rows([passives, differing], {"a": lp_a, "b": lp_b}, containment=0.5)
+    assert rows["holdout"].tolist() == [*range(100), *range(150, 170)] and rows["whole"] == [0, 1]
+    apart = _set_unit(np.arange(100, 140))  # not inside: another part of the finding (a place join), all its words
+    assert finding_rows([passives, apart], {"a": lp_a, "b": lp_b}, containment=0.5)["whole"] == [0, 1]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 150), st.integers(1, 60)), min_size=1, max_size=6),
+    st.lists(st.floats(-3, 3, allow_nan=False), min_size=220, max_size=220),
+)
+def test_a_findings_words_hold_every_whole_member_and_half_of_every_other(spans, deltas):
+    from bbox_sae.features.findings import shared_count
+    from bbox_sae.features.tested_findings import finding_rows
+
+    members = [_set_unit(np.arange(s, s + n)) for s, n in spans]
+    lp = {"a": np.asarray(deltas), "b": np.zeros(len(deltas))}
+    rows = finding_rows(members, lp, containment=0.5)
+    union = np.unique(np.concatenate([m.holdout_rows for m in members]))
+    assert set(rows["holdout"].tolist()) <= set(union.tolist()) and rows["whole"]
+    for i, m in enumerate(members):
+        held = shared_count(m.holdout_rows, rows["holdout"])
+        assert held == len(m.holdout_rows) if i in rows["whole"] else held >= 0.5 * len(m.holdout_rows)
+
+
+def test_rare_words_of_every_class_and_one_winner_are_one_finding_said_once():
+    """Planted rare words came back as three findings: lower-case, capitalised, all-capitals."""
+    rare = ("context", "rare")
+    units = [
+        _unit(Rule("class", "c:word", "context", "rare"), 0, place=rare),
+        _unit(Rule("class", "c:capitalised", "context", "rare"), 10, place=rare),  # no latent in common: a rare form is a place
+        _unit(Rule("class", "c:allcaps", "context", "rare"), 20, sign=1, place=rare),  # the other winner
+    ]
+    assert finding_groups(units, 0.5) == [[0, 1], [2]]
+    assert describe_rules([u.rule for u in units]) == ("a lower-case word, a capitalised word or an all-capitals word, each seen at most 2 times in the corpus")

@@ -33,7 +33,10 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     said: list[list[Rule]] = []
     in_place: dict[tuple[str, str] | str, list[Rule]] = {}
     for r in rules:
-        place = (canonical_place(r) or (ANYWHERE if not r.left_kind else None)) if r.word_kind == "form" else None
+        if r.word_kind == "form":
+            place = canonical_place(r) or (ANYWHERE if not r.left_kind else None)
+        else:  # classes in one place are said once too, apart from forms: "a lower-case word or a capitalised word, each seen at most 2 times ..."
+            place = ("classes", canonical_place(r)) if r.word_kind == "class" and canonical_place(r) else None
         if place in in_place:
             in_place[place].append(r)
             continue
@@ -52,7 +55,7 @@ ANYWHERE = "anywhere"  # the place of forms said with no context
 def _together(group: list[Rule]) -> str:
     if len(group) == 1:
         return group[0].describe()
-    words = [_phrase("form", r.word_value) for r in group]
+    words = [_phrase(r.word_kind, r.word_value) for r in group]
     if not group[0].left_kind:
         return _listed(words, "a word")
     if _one_form_after_forms(group):

@@ -32,7 +32,7 @@ from bbox_sae.features.findings import (
     top_forms,
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
-from bbox_sae.features.places import OPENING, carrying_latents, unit_place
+from bbox_sae.features.places import JOINING_CONTEXTS, PlaceShares, carrying_latents, unit_place
 from bbox_sae.features.rule_statements import describe_rules
 from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import WordSet, describe_words_covered
@@ -155,7 +155,7 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
             place = _place(units[i])
             if place is None:
                 continue
-            joiners = {PLACE} if place[0] in PLACES_THAT_JOIN or place == OPENING else {*units[i].latents, *units[i].carriers}
+            joiners = {PLACE} if place[0] in PLACES_THAT_JOIN or place in JOINING_CONTEXTS else {*units[i].latents, *units[i].carriers}
             places = [place]
             if place[0] == "form" and head is not None and head.word_kind == "form":
                 places.append(("after a form", head.word_value))  # a line break after '?', after '!'
@@ -189,14 +189,15 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
 
     kept = [t for t in tested if t.passed and coherent(t)]
     units = _rule_units([t for t in kept if t.kind == "rule"], inputs.lp_by_row, fcfg)
+    everywhere = PlaceShares(inputs.attrs)
     for u, carriers in zip(units, carrying_latents(units, top, sorted(column), fcfg.rule_min_share)):
         u.carriers = [m for m in carriers if m not in u.latents]
-        u.place = unit_place(u, inputs.attrs)
+        u.place = unit_place(u, inputs.attrs, everywhere=everywhere)
     sets = [
         s for s in _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"]) if _more_than_its_rules(s, units, inputs.attrs, inputs.lp_by_row, fcfg)
     ]
     for s in sets:
-        s.place = unit_place(s, inputs.attrs)
+        s.place = unit_place(s, inputs.attrs, everywhere=everywhere)
     for u in units + sets:
         u.token_kind = token_kind(inputs.attrs, u.holdout_rows)
     return units + sets
@@ -215,10 +216,9 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed)
     units = _kept_units(tested, inputs, fires, column)
     groups = finding_groups(units, fcfg.finding_overlap)
-    findings = [dict(_finding_row(g, units, inputs, fires, column), finding=i) for i, g in enumerate(groups)]
-    finding_words = [
-        (i, split, np.unique(np.concatenate([getattr(units[u], f"{split}_rows") for u in g]))) for i, g in enumerate(groups) for split in ("train", "holdout")
-    ]
+    words_of = [finding_rows([units[i] for i in g], inputs.lp_by_row, fcfg.finding_overlap) for g in groups]
+    findings = [dict(_finding_row(g, units, rows, inputs, fires, column), finding=i) for i, (g, rows) in enumerate(zip(groups, words_of))]
+    finding_words = [(i, split, rows[split]) for i, rows in enumerate(words_of) for split in ("train", "holdout")]
     findings, finding_words, _ = number_by_effect(findings, finding_words)
     features = _mark_members(feats, findings, finding_words, inputs, fires, column, first_rule)
     searched = searched_candidates(tested, inputs.attrs, inputs.rows_by_split, inputs.lp_by_row, inputs.pairs, fcfg)
@@ -238,24 +238,49 @@ RULE_STATES = 0.8
 MAX_STATING_RULES = 3
 
 
-def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> dict:
+def finding_rows(members: list[Tested], lp_by_row: dict[str, np.ndarray], containment: float) -> dict:
+    """A finding's words ("train", "holdout": sorted row ids) and the members whose words it holds
+    all of ("whole"), largest first: a member lying (>= `containment`) inside the words gathered so
+    far adds its other words only when, on train, they differ too (`findings.adds_the_difference`).
+    Planted Handbook passives: "a lower-case word right after 'be'" and "'stored'" lie mostly inside
+    "a word ending in '-ed' right after an auxiliary verb", and joining all of their words put "be
+    able", "be a" and 'stored' in a list into the finding, 31% of whose held-out words were then
+    not passives. A member that does not lie inside (a form opening a line beside another) is
+    another part of the finding and brings all its words."""
+    a, b = members[0].pair
+    order = sorted(range(len(members)), key=lambda i: -len(members[i].holdout_rows))
+    train, holdout = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    whole = []
+    for i in order:
+        u = members[i]
+        inside = len(holdout) > 0 and shared_count(u.holdout_rows, holdout) >= containment * len(u.holdout_rows)
+        if inside and not adds_the_difference(u.train_rows, train, lp_by_row[a], lp_by_row[b], u.sign):
+            continue
+        train, holdout = np.union1d(train, u.train_rows), np.union1d(holdout, u.holdout_rows)
+        whole.append(i)
+    return {"train": train, "holdout": holdout, "whole": sorted(whole)}
+
+
+def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> dict:
     attrs, top, fcfg, lp_by_row = inputs.attrs, inputs.top, inputs.fcfg, inputs.lp_by_row
     holdout = inputs.rows_by_split["holdout"]
     members = [units[i] for i in group]
     a, b = members[0].pair
     sign = members[0].sign
-    train_rows = np.unique(np.concatenate([u.train_rows for u in members]))
-    holdout_rows = np.unique(np.concatenate([u.holdout_rows for u in members]))
+    train_rows, holdout_rows = rows["train"], rows["holdout"]
+    # Said by the members whose words it holds whole: a member's rule where only part of its words
+    # are the finding's would say words the finding does not hold.
+    stating = [members[i] for i in rows["whole"]]
     proposers = sorted({m for u in members for m in u.latents})
     latents = sorted({*proposers, *(m for u in members for m in u.carriers)})
     stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, inputs.seed)
     # Most held-out words first: the statement names a finding's largest members first.
-    rules = [u.rule for u in members if u.rule is not None]
+    rules = [u.rule for u in stating if u.rule is not None]
     rules.sort(key=lambda r: -int(np.count_nonzero(r.mask(attrs, holdout_rows))))
     rules = _not_said_twice(rules, attrs, holdout_rows)
     # A latent's group that a long list of one-word rules happens to cover ('disk' or 'machine' or
     # ... 18 of them) reads better as the group: rules say it when they are few.
-    few = len(rules) <= MAX_STATING_RULES or all(u.kind == "rule" for u in members)
+    few = len(rules) <= MAX_STATING_RULES or all(u.kind == "rule" for u in stating)
     by_rules = bool(rules) and few and bool(any_mask(rules, attrs, holdout_rows).all())
     row = {
         "model_a": a,
@@ -281,7 +306,7 @@ def _finding_row(group: list[int], units: list[Tested], inputs: FindingInputs, f
             fit = fit_rules(rules, attrs, member_top, union_fires, holdout)
             row.update(rule_precision=fit.precision, rule_recall=fit.recall, rule_f1=fit.f1)
     else:
-        word_set = statement_word_set(members, attrs, train_rows, holdout_rows)
+        word_set = statement_word_set(stating, attrs, train_rows, holdout_rows)
         row.update(
             rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None, statement=word_set.describe(), word_set_json=word_set.to_json()
         )
