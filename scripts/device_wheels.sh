@@ -28,7 +28,8 @@ PIP_CONSTRAINT= "$PY" -m pip download -q "${args[@]}" \
   opentelemetry-exporter-http-transport==0.66b2
 # What the tests need beside those, to run the suite at the box's own torch and transformers.
 PIP_CONSTRAINT= "$PY" -m pip download -q "${args[@]}" \
-  pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pytest-timeout==2.4.0 hypothesis==6.170.17 sortedcontainers==2.4.0
+  pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pytest-timeout==2.4.0 hypothesis==6.170.17 sortedcontainers==2.4.0 \
+  zstandard==0.25.0 psutil==7.2.2
 # The tokenizers the tests build tiny models on, read from the installed model packages.
 PYTHONPATH=tests "$PY" -c "from helpers.assets import tokenizer_dir; [tokenizer_dir(k) for k in ('smollm2', 'gemma', 'minilm')]"
 tar -C "${BBOX_TEST_ASSETS:-.cache/test-assets}" -cJf "$DIR/tiny-tokenizers.tar.xz" tokenizers
