@@ -192,8 +192,9 @@ def test_the_opening_words_of_a_text_are_a_place():
     assert unit_place(unit, attrs) == ("context", "doc_opening")
 
 
-def test_a_place_where_most_words_are_is_no_place():
-    """'?' after a lower-case word: where most words are, so no place that joins '?' to '!'."""
+def test_right_after_a_lower_case_word_is_no_place():
+    """'?' after a lower-case word: that class names nothing about the context, so it is no place
+    that joins '?' to '!' (planted Shakespeare with context rules)."""
     attrs = word_attributes([["who", " goes", " there", " now", "?", " stand", " here", " and", " speak", " now", "?", "\n\n", "Nay", " go", " now", "?"]])
     marks = np.flatnonzero(attrs.form == attrs.code["f:?"])
     members = (Rule("form", "f:?", "class", "c:word"),)

@@ -38,35 +38,17 @@ def _specificity(place: tuple[str, str]) -> int:
     return SPECIFICITY[place[1]] if place[0] in ("layout", "context") else SPECIFICITY[place[0]]
 
 
-# A place says where a unit's words are only when they are there far more often than words in
-# general (a layout, a named word, a function word's class before them)...
-PLACE_LIFT = 2.0
-# ...and never after "a lower-case word", the class of every word that is no function word,
-# punctuation, number, capitalised word or layout: it names nothing about the context. Through it
-# a latent firing on '?' and '!' joined two planted differences ('?' everywhere, 67% of them after
-# one; '!' closing a sentence that did not begin with a wh-word, 82%) into one finding.
+# "Right after a lower-case word" is no place: it is the class of every word that is no function
+# word, punctuation, number, capitalised word or layout, so it names nothing about the context.
+# Through it a latent firing on '?' and '!' joined two planted differences ('?' everywhere, 67% of
+# them after one; '!' closing a sentence that did not begin with a wh-word, 82%) into one finding.
 NO_PLACE = ("class", "c:word")
 
 
-class PlaceShares:
-    """The share of all words in each place, counted once per place over a run's words."""
-
-    def __init__(self, attrs: WordAttributes):
-        self.attrs = attrs
-        self.shares: dict[tuple[str, str], float] = {}
-
-    def __call__(self, place: tuple[str, str]) -> float:
-        if place not in self.shares:
-            self.shares[place] = float(Rule(None, None, *place).mask(self.attrs).mean()) if len(self.attrs.form) else 0.0
-        return self.shares[place]
-
-
-def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5, everywhere: PlaceShares | None = None) -> tuple[str, str] | None:
-    """The most specific place that holds for at least `share` of the unit's held-out words, and
-    for at least `PLACE_LIFT` times the share of all words there (`everywhere`), among its rules'
-    places, a latent's group's left context and the two layouts: 'gloster' (any), most of whose
-    words open a speech, is after a blank line, beside the other speakers' names."""
-    everywhere = everywhere or PlaceShares(attrs)
+def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple[str, str] | None:
+    """The most specific place that holds for at least `share` of the unit's held-out words, among
+    its rules' places, a latent's group's left context and the two layouts: 'gloster' (any), most
+    of whose words open a speech, is after a blank line, beside the other speakers' names."""
     candidates = {canonical_place(rule) for rule in unit.members or ((unit.rule,) if unit.rule is not None else ())}
     if unit.word_set is not None and unit.word_set.left is not None:
         candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
@@ -76,8 +58,7 @@ def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5, everywhe
     if not len(unit.holdout_rows):
         return None
     named = [p for p in candidates if p not in (None, NO_PLACE) and (p[0] != "context" or p in JOINING_CONTEXTS)]
-    held = {p: float(Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean()) for p in named}
-    places = [p for p, here in held.items() if here >= share and here >= PLACE_LIFT * everywhere(p)]
+    places = [p for p in named if Rule(None, None, *p).mask(attrs, unit.holdout_rows).mean() >= share]
     return min(places, key=lambda p: (_specificity(p), p)) if places else None
 
 

@@ -32,7 +32,7 @@ from bbox_sae.features.findings import (
     top_forms,
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
-from bbox_sae.features.places import JOINING_CONTEXTS, PlaceShares, carrying_latents, unit_place
+from bbox_sae.features.places import JOINING_CONTEXTS, carrying_latents, unit_place
 from bbox_sae.features.rule_statements import describe_rules
 from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import WordSet, describe_words_covered
@@ -189,15 +189,14 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
 
     kept = [t for t in tested if t.passed and coherent(t)]
     units = _rule_units([t for t in kept if t.kind == "rule"], inputs.lp_by_row, fcfg)
-    everywhere = PlaceShares(inputs.attrs)
     for u, carriers in zip(units, carrying_latents(units, top, sorted(column), fcfg.rule_min_share)):
         u.carriers = [m for m in carriers if m not in u.latents]
-        u.place = unit_place(u, inputs.attrs, everywhere=everywhere)
+        u.place = unit_place(u, inputs.attrs)
     sets = [
         s for s in _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"]) if _more_than_its_rules(s, units, inputs.attrs, inputs.lp_by_row, fcfg)
     ]
     for s in sets:
-        s.place = unit_place(s, inputs.attrs, everywhere=everywhere)
+        s.place = unit_place(s, inputs.attrs)
     for u in units + sets:
         u.token_kind = token_kind(inputs.attrs, u.holdout_rows)
     return units + sets
