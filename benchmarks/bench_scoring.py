@@ -1,14 +1,19 @@
 """Scoring throughput: our HFScorer vs a naive baseline, on the demo's real models and documents.
 
-- ours: `make_scorer`'s path: the converted-model cache (`cache_dir`; a first-time conversion is
-  timed apart as cache_convert_s), batched padded windows,
-  log-softmax over the scored positions only, in chunks (the demo's batch_size / logprob_chunk).
+- ours: what `bbox run` scores with (`scoring.stage.make_scorer`, the model's config with `dtype` set
+  to --dtype: `auto` is the demo's): the converted-model cache (`cache_dir`; a first-time
+  conversion is timed apart as cache_convert_s), batched padded windows, log-softmax over the
+  scored positions only, in chunks (the demo's batch_size / logprob_chunk). Its best pass is
+  split into the decoder body, the head with its log-softmax, the rest of `score` (tokenizing,
+  windows, padding) and the alignment onto words.
 - naive: one document at a time, batch 1, `model(ids).logits`, log-softmax over the full
   vocabulary at every position; the model is loaded straight from the GGUF each time (no
   conversion cache), so its "load s" includes the dequantization.
-- floor: 2 x parameters x tokens / matmul FLOP/s measured by the same worker, at the same
-  thread count and dtype, before and after it scores (the better counts); "of floor" = floor
-  seconds / scoring seconds.
+- floor: the seconds the model's matmuls take at the matmul FLOP/s this worker measures at the
+  model's own shapes (its MLP, at the batch's rows, and its head, at logprob_chunk rows), same
+  thread count, before and after it scores (the better counts): 2 x (parameters - embedding) x
+  tokens at the MLP's rate plus 2 x head parameters x tokens at the head's, in the dtype the
+  matmuls run in (bf16 for `mixed`) and, for comparison, in fp32. "of floor" = floor s / score s.
 - each worker scores the documents --repeats times (default 2) and the best pass counts, so a
   process that starts next to it on a shared machine skews one pass rather than the result.
 
@@ -60,52 +65,78 @@ def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())  # tied weights are counted once
 
 
+class _Timed:
+    """Wraps a callable and adds the seconds it runs to `seconds`."""
+
+    def __init__(self, fn):
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *a, **k):
+        start = time.perf_counter()
+        try:
+            return self.fn(*a, **k)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def model_floor(model, tokens: int, rows: int, head_rows: int, device: str, dtypes: list[str], seconds: float) -> dict:
+    """Seconds the model's matmuls take at measured FLOP/s of its own shapes, per dtype."""
+    c = model.config
+    hidden, inner, vocab = c.hidden_size, c.intermediate_size, c.vocab_size
+    head_params = vocab * hidden
+    body_params = n_params(model) - head_params  # tied head: the embedding is the head
+    out = {}
+    for dt in dtypes:
+        mlp = matmul_gflops(device, dt, seconds / 2, shapes=[(rows, hidden, inner)])["gflops"]
+        head = matmul_gflops(device, dt, seconds / 2, shapes=[(head_rows, hidden, 8192)])["gflops"]
+        out[dt] = {"mlp_gflops": mlp, "head_gflops": head, "body_s": 2 * body_params * tokens / (mlp * 1e9), "head_s": 2 * head_params * tokens / (head * 1e9)}
+        out[dt]["floor_s"] = out[dt]["body_s"] + out[dt]["head_s"]
+    return out
+
+
 def worker(args) -> dict:
     import numpy as np
     import torch
 
     from bbox_sae.config import load_config
-    from bbox_sae.models import causal_lm_location, load_causal_lm, resolve_device, resolve_dtype, resolve_gguf
+    from bbox_sae.corpus.words import word_spans
+    from bbox_sae.models import causal_lm_location, resolve_device, resolve_dtype, resolve_gguf
+    from bbox_sae.scoring.align import align_logprobs
     from bbox_sae.scoring.base import plan_windows
-    from bbox_sae.scoring.hf import HFScorer, start_token_id, tokenize_with_offsets
+    from bbox_sae.scoring.hf import start_token_id, tokenize_with_offsets
+    from bbox_sae.scoring.stage import make_scorer
 
     threads = setup_torch(args.threads)
     cfg = load_config(args.config)
     mcfg = cfg.model(args.model)
     device = resolve_device(args.device)
-    dtype = resolve_dtype(args.dtype, device)
     docs = demo_documents(cfg, args.docs)
 
     convert_s = 0.0
     if args.worker == "ours":
+        mcfg = mcfg.model_copy(update={"dtype": args.dtype, "device": args.device, **({"batch_size": args.batch_size} if args.batch_size else {})})
         # The one-time GGUF conversion into cache_dir (a no-op once cached) is not part of "load s".
         start = time.perf_counter()
-        location = causal_lm_location(mcfg.source, mcfg.path, mcfg.package, mcfg.file, cfg.cache)
+        causal_lm_location(mcfg.source, mcfg.path, mcfg.package, mcfg.file, cfg.cache)
         convert_s = time.perf_counter() - start
-    else:
-        # Locating the GGUF (Gemma's package assembles it from chunk packages once) is not loading.
-        gguf = resolve_gguf(mcfg.path, mcfg.package, mcfg.file, cfg.cache)
-    start = time.perf_counter()
-    if args.worker == "ours":
-        model, tokenizer = load_causal_lm(location, device, dtype)
-        scorer = HFScorer(
-            mcfg.name,
-            model,
-            tokenizer,
-            start_token=mcfg.start_token,
-            window=mcfg.window,
-            stride=mcfg.stride,
-            batch_size=args.batch_size or mcfg.batch_size,
-            logprob_chunk=mcfg.logprob_chunk,
-        )  # its constructor runs one small forward (the head check): the warm-up
+        start = time.perf_counter()
+        scorer = make_scorer(mcfg, cfg)  # its constructor runs one small forward (the head check): the warm-up
         load_s = time.perf_counter() - start
+        model, precision = scorer.model, scorer.precision
+        body, head = _Timed(scorer._body), _Timed(scorer._target_logprobs)
+        scorer._body, scorer._target_logprobs = body, head
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        dtype = resolve_dtype(args.dtype, device)
+        # Locating the GGUF (Gemma's package assembles it from chunk packages once) is not loading.
+        gguf = resolve_gguf(mcfg.path, mcfg.package, mcfg.file, cfg.cache)
+        start = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         model.to(device=device, dtype=dtype).eval()
         load_s = time.perf_counter() - start
+        precision = str(dtype).removeprefix("torch.")
         start_id = start_token_id(tokenizer, mcfg.start_token)
         max_pos = getattr(model.config, "max_position_embeddings", None)
         window = min(mcfg.window, max_pos) if max_pos else mcfg.window
@@ -113,13 +144,13 @@ def worker(args) -> dict:
         with torch.inference_mode():  # warm-up, as the scorer's head check
             model(torch.tensor([[start_id, 5, 6, 7, 8]], device=device))
 
-    def score_all() -> list[np.ndarray]:
+    def score_all() -> list:
         if args.worker == "ours":
-            return [scores.logprobs for scores in scorer.score(docs)]
+            return [(s.offsets, s.logprobs) for s in scorer.score(docs)]
         per_doc = []
         with torch.inference_mode():
             for _, text in docs:
-                ids, _ = tokenize_with_offsets(tokenizer, text)
+                ids, offsets = tokenize_with_offsets(tokenizer, text)
                 seq = [start_id, *ids.tolist()]
                 out = []
                 for w in plan_windows(len(ids), window, stride):
@@ -127,45 +158,55 @@ def worker(args) -> dict:
                     logprobs = torch.log_softmax(model(x).logits[0].float(), dim=-1)  # every position, every token
                     pos = torch.arange(w.first_target, w.end, device=device)
                     out.append(logprobs[pos - 1 - w.begin, x[0, pos - w.begin]].double().cpu().numpy())
-                per_doc.append(np.concatenate(out))
+                per_doc.append((offsets, np.concatenate(out)))
         return per_doc
 
-    dt_name = str(dtype).replace("torch.", "")
-    gemm_before = matmul_gflops(str(device), dt_name, seconds=args.gemm_seconds)
-    passes = []
+    passes, splits = [], []
     for _ in range(args.repeats):  # best of `repeats`: a process that starts next to us mid-pass skews one pass, not all
+        if args.worker == "ours":
+            body.seconds = head.seconds = 0.0
         start = time.perf_counter()
         per_doc = score_all()
         if str(device).startswith("cuda"):
             torch.cuda.synchronize()
         passes.append(time.perf_counter() - start)
-    gemm_after = matmul_gflops(str(device), dt_name, seconds=args.gemm_seconds)
-    # The floor uses the better of the two matmul measurements: what the machine can do.
-    gemm = max(gemm_before, gemm_after, key=lambda g: g["gflops"])
-    gemm = {**gemm, "gflops_before": gemm_before["gflops"], "gflops_after": gemm_after["gflops"]}
-    seconds = min(passes)
-    tokens = sum(len(lp) for lp in per_doc)
+        start = time.perf_counter()
+        for (_, text), (offsets, lp) in zip(docs, per_doc):
+            align_logprobs(offsets, lp, word_spans(text))
+        align_s = time.perf_counter() - start
+        if args.worker == "ours":
+            splits.append({"body_s": body.seconds, "head_s": head.seconds, "rest_s": passes[-1] - body.seconds - head.seconds, "align_s": align_s})
+        else:
+            splits.append({"align_s": align_s})
+    best = int(np.argmin(passes))
+    seconds = passes[best]
+    tokens = sum(len(lp) for _, lp in per_doc)
     if args.save_logprobs:
-        np.save(args.save_logprobs, np.concatenate(per_doc))
-    params = n_params(model)
-    floor_s = 2 * params * tokens / (gemm["gflops"] * 1e9)
+        np.save(args.save_logprobs, np.concatenate([lp for _, lp in per_doc]))
+    mixed = "bf16 matmuls" in precision or "bfloat16" in precision
+    dtypes = ["bfloat16", "float32"] if mixed else ["float32"]
+    window_rows = (args.batch_size or mcfg.batch_size) * mcfg.window if args.worker == "ours" else mcfg.window
+    floors = model_floor(model, tokens, window_rows, mcfg.logprob_chunk, str(device), dtypes, args.gemm_seconds)
+    floor = floors[dtypes[0]]
     return {
         "model": args.model,
         "method": args.worker,
         "device": str(device),
-        "dtype": str(dtype).replace("torch.", ""),
+        "precision": precision,
         "threads": threads,
         "documents": len(docs),
         "tokens": tokens,
-        "params": params,
+        "params": n_params(model),
         "load_s": round(load_s, 2),
         "cache_convert_s": round(convert_s, 2),
         "score_s": round(seconds, 3),
         "score_s_all_passes": [round(t, 3) for t in passes],
+        "split": {k: round(v, 3) for k, v in splits[best].items()},
         "tokens_per_s": round(tokens / seconds, 1),
-        "matmul": gemm,
-        "floor_s": round(floor_s, 3),
-        "fraction_of_floor": round(floor_s / seconds, 4),
+        "floors": {dt: {k: round(v, 3) for k, v in f.items()} for dt, f in floors.items()},
+        "floor_dtype": dtypes[0],
+        "floor_s": round(floor["floor_s"], 3),
+        "fraction_of_floor": round(floor["floor_s"] / seconds, 4),
         "batch_size": (args.batch_size or mcfg.batch_size) if args.worker == "ours" else 1,
         "peak_rss_mb": peak_rss_mb(),
     }
@@ -177,7 +218,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=None, help="comma-separated model names from the config (default: all)")
     p.add_argument("--docs", type=int, default=12)
     p.add_argument("--repeats", type=int, default=2, help="scoring passes per worker; the best counts")
-    p.add_argument("--dtype", default="float32", help="float32 / bfloat16 / auto")
+    p.add_argument("--dtype", default="auto", help="the scored models' dtype: auto (the demo's), float32, bfloat16, mixed")
     p.add_argument("--batch-size", type=int, default=None, help="ours: override the config's batch_size")
     p.add_argument("--methods", default="naive,ours")
     p.add_argument("--gemm-seconds", type=float, default=1.0)
@@ -245,7 +286,11 @@ def main(argv=None) -> int:
                     r["score_s"],
                     r["tokens_per_s"],
                     r["speedup_vs_naive"],
-                    r["matmul"]["gflops"],
+                    r["precision"].split(";")[0],
+                    r["split"].get("body_s", "-"),
+                    r["split"].get("head_s", "-"),
+                    r["split"].get("rest_s", "-"),
+                    r["split"]["align_s"],
                     r["floor_s"],
                     f"{100 * r['fraction_of_floor']:.1f}%",
                     r["peak_rss_mb"],
@@ -260,10 +305,48 @@ def main(argv=None) -> int:
             }
     print_table(
         f"Scoring ({args.docs} demo documents, best of {args.repeats} passes, {threads} threads, {args.device}, {args.dtype})",
-        ["model", "method", "batch", "tokens", "load s", "score s", "tokens/s", "× naive", "matmul GFLOP/s", "floor s", "of floor", "peak RSS MiB"],
+        [
+            "model",
+            "method",
+            "batch",
+            "tokens",
+            "load s",
+            "score s",
+            "tokens/s",
+            "× naive",
+            "precision",
+            "body s",
+            "head s",
+            "rest s",
+            "align s",
+            "floor s",
+            "of floor",
+            "peak RSS MiB",
+        ],
         rows,
         note="load s: naive converts the GGUF on every load; ours reads the converted cache. tokens/s exclude load. "
-        "floor = 2·params·tokens / matmul FLOP/s (the better of two measurements in the same worker, before and after scoring).",
+        "floor = the model's matmuls at the FLOP/s measured at its own shapes in the dtype they run in (bf16 for mixed).",
+    )
+    floor_rows = []
+    for r in results:
+        for dt, f in r["floors"].items():
+            floor_rows.append(
+                [
+                    r["model"],
+                    r["method"],
+                    dt,
+                    f["mlp_gflops"],
+                    f["head_gflops"],
+                    f["body_s"],
+                    f["head_s"],
+                    f["floor_s"],
+                    f"{100 * f['floor_s'] / r['score_s']:.1f}%",
+                ]
+            )
+    print_table(
+        "Matmul floors at each model's shapes (MLP at batch x window rows, head at logprob_chunk rows)",
+        ["model", "method", "dtype", "MLP GFLOP/s", "head GFLOP/s", "body floor s", "head floor s", "floor s", "of floor"],
+        floor_rows,
     )
     for name, r in ratios.items():
         print(

@@ -63,6 +63,18 @@ def test_degenerate_cases():
     assert not generalizes(2.0, 0.9) and generalizes(2.0, 1.0) and not generalizes(2.0, -3.0) and not generalizes(0.0, 1.0)
 
 
+@given(x=st.lists(st.one_of(st.integers(-3, 3).map(float), st.floats(-4, 4, allow_nan=False).map(lambda v: round(v, 1))), min_size=2, max_size=11))
+@settings(max_examples=60, deadline=None)
+def test_wilcoxon_p_is_scipys_to_the_bit(x):
+    """Small samples with zeros or ties take the sign-flip count in place of scipy's permutation
+    test (about 200x faster); every p-value, and so every q-value and finding, stays the same."""
+    x = np.asarray(x)
+    if np.count_nonzero(x) < 2:
+        assert wilcoxon_p(x) == 1.0
+        return
+    assert wilcoxon_p(x) == float(sps.wilcoxon(x, zero_method="wilcox", alternative="two-sided").pvalue)
+
+
 def test_percentile_rule_follows_the_paper():
     acts = np.array([10.0, 9.0, 8.0, 3.0, 2.6, 2.4, 0.5, 0.4])
     keep = percentile_rule(acts)

@@ -12,7 +12,7 @@ from bbox_sae.build.matrix import performance_columns
 from bbox_sae.corpus.words import split_words
 from bbox_sae.features import blind_rows
 from bbox_sae.features.findings import group_latents
-from bbox_sae.features.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, normalize_form, word_attributes
+from bbox_sae.features.rules import Rule, any_mask, best_rule, cover_outside, fit_rule, normalize_form, ranked_rules, word_attributes
 from bbox_sae.labeling import Context, context_matches
 
 TEXT = "I do not know. Not I.\n\nROMEO.\nIs it not so? I will not go.\n\nJULIET.\nNot now; not here. They did not.\n"
@@ -54,6 +54,36 @@ def test_best_rule_recovers_a_conjunction():
     assert fit.rule.describe() == "'not' right after an auxiliary verb"
     # The word alone is only half right: its F1 is lower.
     assert fit_rule(Rule("form", "f:not"), attrs, top, fires, np.arange(len(fires))).f1 < 0.7
+
+
+@given(seed=st.integers(0, 10**6), n_top=st.integers(1, 40), share=st.sampled_from([0.05, 0.2, 0.5]), chunk=st.sampled_from([7, 1 << 16]))
+@settings(max_examples=40, deadline=None)
+def test_ranked_rules_fit_every_rule_as_fit_rule_does(seed, n_top, share, chunk):
+    """The counts of every (word, left) pair come from one product of condition masks; each fit,
+    and so the order, is `fit_rule`'s exactly (chunked sums included)."""
+    import bbox_sae.features.rules as rules
+
+    rng = np.random.default_rng(seed)
+    vocab = [" the", " not", " is", " was", ",", " king", "\n", " And", " of", " it"]
+    docs = [split_words("".join(rng.choice(vocab, size=int(rng.integers(5, 30))))) for _ in range(30)]
+    attrs = word_attributes(docs)
+    n = len(attrs.form)
+    scope = np.sort(rng.choice(n, size=max(1, n // 2), replace=False))
+    top = rng.choice(scope, size=min(n_top, len(scope)), replace=False)
+    fires = rng.random(n) < 0.3
+    original = rules._pair_counts
+    rules._pair_counts = lambda *a, **k: original(*a, **{**k, "chunk": chunk})
+    try:
+        ranked = ranked_rules(attrs, top, fires, scope, share)
+    finally:
+        rules._pair_counts = original
+    assert ranked, "the top words always share some condition"
+    for fit in ranked:
+        assert fit == fit_rule(fit.rule, attrs, top, fires, scope)
+    keys = [
+        (round(f.f1, 4), f.rule.word_kind == "form", f.rule.word_kind is not None, -(f.rule.left_kind is not None), f.rule.left_kind == "form") for f in ranked
+    ]
+    assert keys == sorted(keys, reverse=True)
 
 
 def test_what_else_a_latent_fires_on_is_said_only_where_it_mostly_fires():

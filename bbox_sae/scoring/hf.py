@@ -135,12 +135,14 @@ class HFScorer:
     def _cap(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.tanh(logits / self._softcap) * self._softcap if self._softcap else logits
 
+    def _head_rows(self) -> torch.Tensor:
+        """The output layer's weight in the precision its full-vocabulary pass runs in."""
+        return self._head_weight if self.head == "float32" else self._head.weight
+
     def _block_logits(self, hidden: torch.Tensor, begin: int, end: int) -> torch.Tensor:
-        """fp32 logits (after any softcap) of vocabulary rows [begin, end), in the head's precision."""
-        if self.head == "float32":
-            return self._cap(torch.nn.functional.linear(hidden.float(), self._head_weight[begin:end]))
-        weight = self._head.weight[begin:end]
-        return self._cap(torch.nn.functional.linear(hidden.to(weight.dtype), weight).float())
+        """fp32 logits (after any softcap) of vocabulary rows [begin, end), from hidden states
+        already in the head weight's dtype."""
+        return self._cap(torch.nn.functional.linear(hidden, self._head_rows()[begin:end]).float())
 
     def _streamed_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log p(target) through an online log-sum-exp over vocabulary blocks; for the refined head,
@@ -154,19 +156,27 @@ class HFScorer:
         target_logit = torch.empty(n, device=hidden.device)
         top_values = torch.full((n, top), -torch.inf, device=hidden.device)
         top_index = torch.zeros((n, top), dtype=torch.long, device=hidden.device)
+        head_hidden = hidden.to(self._head_rows().dtype)
         for begin in range(0, vocab, VOCAB_BLOCK):
             end = min(begin + VOCAB_BLOCK, vocab)
-            logits = self._block_logits(hidden, begin, end)
-            new_max = torch.maximum(running_max, logits.amax(dim=-1))
-            running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(logits - new_max[:, None]).sum(dim=-1)
-            running_max = new_max
+            logits = self._block_logits(head_hidden, begin, end)
+            block_max = logits.amax(dim=-1)
             here = (targets >= begin) & (targets < end)
             target_logit[here] = logits[here, targets[here] - begin]
             if refine:
-                values, index = logits.topk(min(top, end - begin), dim=-1)
-                merged_values, pick = torch.cat([top_values, values], 1).topk(top, dim=-1)
-                top_index = torch.cat([top_index, index + begin], 1).gather(1, pick)
-                top_values = merged_values
+                # Only rows with a logit above their current top-k's smallest can change their top
+                # k: past the first blocks that is a few rows, and topk over every row of every block
+                # had cost about a fifth of Gemma's head (benchmarks/RESULTS.md, issue 43).
+                rows = (block_max > top_values[:, -1]).nonzero()[:, 0]
+                if len(rows):
+                    values, index = logits[rows].topk(min(top, end - begin), dim=-1)
+                    merged_values, pick = torch.cat([top_values[rows], values], 1).topk(top, dim=-1)
+                    top_index[rows] = torch.cat([top_index[rows], index + begin], 1).gather(1, pick)
+                    top_values[rows] = merged_values
+            new_max = torch.maximum(running_max, block_max)
+            # In place: the block's logits are not needed past this point.
+            running_sum = running_sum * torch.exp(running_max - new_max) + logits.sub_(new_max[:, None]).exp_().sum(dim=-1)
+            running_max = new_max
         if not refine:
             return target_logit - (running_max + torch.log(running_sum))
         rows = torch.cat([top_index, targets[:, None]], dim=1)
