@@ -11,7 +11,8 @@ from pathlib import Path
 
 from bbox_sae import __version__
 from bbox_sae.errors import BBoxError, printable
-from bbox_sae.stages import STAGE_NAMES, STAGES
+from bbox_sae.stages import BY_NAME, FEATURES, STAGE_NAMES, STAGES
+from bbox_sae.variants import BASELINES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,23 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bbox-sae {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    stage_parsers = {}
     for stage in STAGES:
-        stage_parsers[stage.name] = p = sub.add_parser(stage.name, help=stage.help)
+        p = sub.add_parser(stage.name, help=stage.help)
         _common(p)
-    p = stage_parsers["score"]
-    p.add_argument("--shard", default=None, help="i/n: score a deterministic 1/n of the documents")
-    p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
-    stage_parsers["embed"].add_argument("--shard", default=None, help="i/n: embed a deterministic 1/n of the documents")
-    stage_parsers["train"].add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    stage_parsers["features"].add_argument("--baseline", choices=["random", "kmeans"], default=None, help=BASELINE_HELP)
+        for option in stage.options:
+            p.add_argument(option.flag, dest=option.dest, default=None, help=option.help, **option.argparse)
+        if stage is FEATURES:
+            # Not an option of the stage: a baseline is a run of its own (variants.run_baseline).
+            p.add_argument("--baseline", choices=BASELINES, default=None, help=BASELINE_HELP)
 
     p = sub.add_parser("merge", help="check that all scoring (or embedding) shards are complete and intact")
     _common(p)
     p.add_argument(
         "--stage",
         action="append",
-        choices=["score", "embed"],
+        choices=[s.name for s in STAGES if s.sharded],
         default=None,
         help="the sharded stage to check: score (the models' log-probs) or embed (the context embeddings); repeatable; default score",
     )
@@ -140,7 +139,7 @@ def config_path(args) -> str:
 
 def _load(args):
     from bbox_sae.config import check_saved_config, load_config
-    from bbox_sae.config.feasibility import check_memory
+    from bbox_sae.feasibility import check_memory
 
     cfg = load_config(config_path(args), args.overrides, args.output_dir)
     # Before any command takes the lock or writes: every command saves its config there.
@@ -158,15 +157,6 @@ def _print(result) -> None:
         print(json.dumps(result, indent=2, default=str))
 
 
-# The options each stage's subcommand adds, as its run function names them.
-STAGE_OPTIONS = {
-    "score": {"model": "models", "shard": "shard"},
-    "embed": {"shard": "shard"},
-    "train": {"resume": "resume"},
-    "features": {"baseline": "baseline"},
-}
-
-
 def dispatch(args) -> int:
     from bbox_sae.config import ensure_output_dir, save_resolved
 
@@ -177,7 +167,7 @@ def dispatch(args) -> int:
         print_findings(Path(args.run_dir), as_json=args.json)
         return 0
     if cmd == "sweep":
-        from bbox_sae.train.sweep import run_sweep
+        from bbox_sae.sweep import run_sweep
 
         run_sweep(args.config, args.overrides, args.output_dir, wandb_sweep_yaml=args.wandb_sweep_yaml, features=args.features)
         return 0
@@ -187,12 +177,15 @@ def dispatch(args) -> int:
 
         run_all(cfg, force=args.force, until=args.until)  # saves the config once it holds the lock
         return 0
-    if cmd == "score" or getattr(args, "shard", None):
+    from bbox_sae.manifest import Manifest
+
+    if cmd in STAGE_NAMES and (BY_NAME[cmd].sharded or getattr(args, "shard", None)):
         # Shard workers (`--shard i/n`, a Slurm array) share one output dir, so they take no lock.
-        _refuse_early(cmd, cfg, args)
+        manifest = Manifest.read(cfg.out)
+        _refuse_early(cmd, cfg, args, manifest)
         save_resolved(cfg)
-        return _single_command(cmd, cfg, args)
-    from bbox_sae.pipeline import run_lock
+        return _single_command(cmd, cfg, args, manifest)
+    from bbox_sae.bookkeeping import run_lock
 
     if cmd == "eval" and args.what == "planted":
         from bbox_sae.evaluation.planting import load_rules, planted_rules_path
@@ -202,48 +195,50 @@ def dispatch(args) -> int:
         # Only now, holding the lock: a command refused by it must leave the directory as it was.
         # `eval planted` saves its own config (model B read from its planted file) once it has
         # checked that the output dir is not a run of the user's own.
-        _refuse_early(cmd, cfg, args)
+        manifest = Manifest.read(cfg.out)
+        _refuse_early(cmd, cfg, args, manifest)
         if not (cmd == "eval" and args.what == "planted"):
             save_resolved(cfg)
-        return _single_command(cmd, cfg, args)
+        return _single_command(cmd, cfg, args, manifest)
 
 
-def _refuse_early(cmd: str, cfg, args) -> None:
+def _refuse_early(cmd: str, cfg, args, manifest) -> None:
     """What a command would refuse for, checked before it writes anything, its config included: a
     refused `bbox embed --shard 5/2` had withdrawn the embed record, a refused `bbox report` had
     rewritten config.yaml, `bbox eval ablation` on tables another config made had rewritten
     ablation-w0/ and baselines/ first, and `bbox eval coherence` reported on them as this config's."""
-    from bbox_sae.stages import BY_NAME, require_current_inputs
+    from bbox_sae.bookkeeping import require_current_inputs
+    from bbox_sae.corpus.documents import parse_shard
 
     if getattr(args, "shard", None) is not None:
-        from bbox_sae.scoring.stage import parse_shard
-
         parse_shard(args.shard)
-    for name in getattr(args, "model", None) or []:
+    for name in getattr(args, "models", None) or []:
         cfg.model(name)
-    if cmd in STAGE_NAMES and cmd != "score":  # `bbox score` ingests first
-        require_current_inputs(BY_NAME[cmd], cfg)
+    if cmd in STAGE_NAMES and not BY_NAME[cmd].runs_first:  # `bbox score` ingests first
+        require_current_inputs(BY_NAME[cmd], cfg, manifest)
     if cmd == "eval" and args.what in ("ablation", "coherence"):
         # Both read the run's features and labels as this config's.
-        require_current_inputs(BY_NAME["report"], cfg, reader=f"eval {args.what}")
+        require_current_inputs(BY_NAME["report"], cfg, manifest, reader=f"eval {args.what}")
 
 
-def _single_command(cmd: str, cfg, args) -> int:
-    if cmd in STAGE_NAMES:
+def _single_command(cmd: str, cfg, args, manifest) -> int:
+    if cmd == "features" and args.baseline:
+        from bbox_sae.variants import run_baseline
+
+        _print(run_baseline(cfg, args.baseline))
+    elif cmd in STAGE_NAMES:
         from bbox_sae.stages import run_command
 
-        options = {name: getattr(args, attr) for attr, name in STAGE_OPTIONS.get(cmd, {}).items()}
-        _print(run_command(cmd, cfg, **options))
+        stage = BY_NAME[cmd]
+        _print(run_command(stage, cfg, manifest, **{o.dest: getattr(args, o.dest) for o in stage.options}))
     elif cmd == "merge":
-        from bbox_sae.embedding.stage import check_embeddings
-        from bbox_sae.scoring.stage import merge
-        from bbox_sae.stages import record_merged
+        from bbox_sae.bookkeeping import record_finished
 
-        checks = {"score": merge, "embed": check_embeddings}
-        for stage in args.stage or ["score"]:
-            checks[stage](cfg)
-            record_merged(cfg, stage)
-            print(f"{stage}: all shards complete and intact")
+        for name in args.stage or ["score"]:
+            stage = BY_NAME[name]
+            stage.check_shards(cfg)
+            record_finished(stage, cfg, manifest, {"merged": True})
+            print(f"{name}: all shards complete and intact")
     elif cmd == "eval" and args.what == "planted":
         from bbox_sae.evaluation import run_planted
 

@@ -53,3 +53,7 @@ class NumericalError(BBoxError):
 
 class LockError(BBoxError):
     pass
+
+
+class UndeclaredRead(RuntimeError):
+    """A stage read a config section it does not declare: a bug in bbox, not in the user's input."""

@@ -1,6 +1,6 @@
 """`bbox run`: every stage in order, skipping those that are current.
 
-Whether a stage is current is the stage registry's call (`bbox_sae.stages`): its
+Whether a stage is current is the bookkeeping's call (`bbox_sae.bookkeeping`): its
 content-addressed key is unchanged and its outputs are the ones it wrote. A stage re-runs
 when its key changed, its outputs are gone or were changed, or it is forced (`--force STAGE`
 also redoes everything after it).
@@ -10,78 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
+from bbox_sae.bookkeeping import execute, run_lock, staleness
 from bbox_sae.config import Config, ensure_output_dir, save_resolved
-from bbox_sae.errors import BBoxError, LockError, printable
+from bbox_sae.errors import BBoxError, printable
 from bbox_sae.layout import RunLayout
+from bbox_sae.manifest import Manifest
 from bbox_sae.schemas import latent_ids
-from bbox_sae.stages import STAGE_NAMES, STAGES, execute, read_manifest, staleness, writes_nothing
+from bbox_sae.stages import INGEST, STAGE_NAMES, STAGES
 
 log = logging.getLogger(__name__)
-
-
-def _read_holder(path: Path) -> dict:
-    try:
-        holder = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return holder if isinstance(holder, dict) else {}
-
-
-# A short wait, not none: a taker that flocked the inode a finishing holder just unlinked is
-# not refused but tries the current file again (filelock re-polls such orphans).
-_LOCK_WAIT_S = 0.5
-
-
-@contextmanager
-def run_lock(out: Path) -> Iterator[None]:
-    """One `bbox run` per output dir, held as an flock on `<out>/.lock` (which names the holder).
-
-    The kernel drops an flock when its process dies, however it dies, so a lock left by a
-    killed run is simply free: the next run takes it over. Taking over by renaming the file
-    instead (after a pid check) races: two takers could each move the other's fresh lock away.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    path = RunLayout(out).lock
-    lock = FileLock(path, timeout=_LOCK_WAIT_S, mode=0o644, on_acquired=lambda fd: _write_holder(fd, path))
-    try:
-        lock.acquire()
-    except Timeout:
-        holder = _read_holder(path)
-        raise LockError(
-            f"{out} is in use by another bbox run (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
-            f"started {holder.get('started', '?')}); wait for it to finish"
-        ) from None
-    except OSError as err:
-        raise LockError(f"{path}: cannot lock ({err.strerror}); is the output dir on a filesystem without locks?") from None
-    try:
-        yield
-    finally:
-        # Unlink while still holding the lock, so nobody can lock this inode and think it current.
-        path.unlink(missing_ok=True)
-        lock.release()
-
-
-def _write_holder(fd: int, path: Path) -> None:
-    """Name this run in the lock file it now holds, after noting whose stale lock it took over."""
-    try:
-        previous = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except ValueError:
-        previous = {}
-    if isinstance(previous, dict) and previous.get("pid") not in (None, os.getpid()):
-        log.warning("took over %s from pid %s on %s (that run is gone)", path, previous.get("pid"), previous.get("host"))
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(me).encode(), 0)
-    os.fsync(fd)
 
 
 def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str, str], None] | None = None, until: str | None = None) -> dict:
@@ -93,31 +34,45 @@ def run_all(cfg: Config, force: list[str] | None = None, on_stage: Callable[[str
     with run_lock(ensure_output_dir(cfg)):
         # Only now, holding the lock: a run refused by it must leave the directory as it was.
         save_resolved(cfg)
+        manifest = Manifest.read(cfg.out)
         ran, timings = [], {}
         for i, stage in enumerate(stages):
             step = f"[{i + 1}/{len(stages)}] {stage.name}"
             # Decided in turn, after the stages before ran: their new digests are part of this key.
-            if i < forced_from and staleness(stage, cfg, read_manifest(cfg.out)) is None:
+            if i < forced_from and staleness(stage, cfg, manifest) is None:
                 console.print(f"{step}: up to date")
                 if on_stage:
                     on_stage(stage.name, "skipped")
                 continue
             console.print(f"{step} ...")
             start = time.perf_counter()
-            execute(stage, cfg)
+            execute(stage, cfg, manifest)
             seconds = time.perf_counter() - start
             ran.append(stage.name)
             timings[stage.name] = round(seconds, 2)
-            if writes_nothing(stage, cfg):
+            if stage.writes_nothing(cfg):
                 # The stages after it would read the outputs it did not write.
                 console.print(f"{step}: dry run, nothing written; stopping here")
                 return {"ran": ran, "seconds": timings}
             console.print(f"{step}: done in {seconds:.1f}s")
             if on_stage:
                 on_stage(stage.name, "ran")
+            if stage is INGEST:
+                _warn_without_holdout(cfg, manifest)
         if stages[-1].name == STAGE_NAMES[-1]:
             _final_summary(cfg, console)
         return {"ran": ran, "seconds": timings}
+
+
+def _warn_without_holdout(cfg: Config, manifest: Manifest) -> None:
+    """Said as soon as the corpus is split, not after hours of scoring and training."""
+    holdout = (manifest.get(INGEST.name).result or {}).get("holdout_documents")
+    if holdout == 0 and cfg.features.require_generalize:
+        log.warning(
+            "no holdout documents (corpus.holdout_fraction %s): no feature can pass the holdout check, so none will be kept; "
+            "raise corpus.holdout_fraction or set features.require_generalize=false",
+            cfg.corpus.holdout_fraction,
+        )
 
 
 _SUMMARY_ROWS = 8  # findings printed per winning model; the report lists all

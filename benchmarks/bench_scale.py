@@ -40,6 +40,7 @@ from _common import REPO, base_parser, load_snapshot, results_header, results_pa
 
 from bbox_sae.config import load_config  # noqa: E402
 from bbox_sae.corpus.words import word_spans  # noqa: E402
+from bbox_sae.manifest import Manifest  # noqa: E402
 from bbox_sae.stages import BY_NAME  # noqa: E402
 
 NAME = "scale"
@@ -183,13 +184,13 @@ def measure_size(label: str, n_words: int, docs: list[dict], args, earlier: dict
         seconds, rss = run_stage(stage, config, args.set, args.threads)
         stages[stage] = {"seconds": seconds, "peak_rss_mb": rss, "disk_mb": disk_mb(BY_NAME[stage].outputs(cfg))}
         print(f"  {label} {stage}: {seconds:.1f} s, peak RSS {rss:.0f} MiB, {stages[stage]['disk_mb']:.1f} MiB on disk", flush=True)
-    manifest = json.loads(cfg.paths.manifest.read_text())
-    words = manifest["stages"]["ingest"]["result"].get("words", corpus_words)
+    manifest = Manifest.read(cfg.out)
+    words = manifest.get("ingest").result.get("words", corpus_words)
     return {
         "words": words,
         "documents": sum(1 for _ in (size_dir / "corpus.jsonl").open()),
-        "matrix_rows": manifest["stages"]["build"]["result"].get("rows"),
-        "embed_words_per_s": manifest["stages"]["embed"]["result"].get("words_per_s"),
+        "matrix_rows": manifest.get("build").result.get("rows"),
+        "embed_words_per_s": manifest.get("embed").result.get("words_per_s"),
         "stages": stages,
         "total_s": round(sum(s["seconds"] for s in stages.values()), 2),
         "peak_rss_mb": max(s.get("peak_rss_mb", 0) for s in stages.values()),

@@ -74,9 +74,11 @@ def rescore(setup: str, variant: str) -> dict:
 def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int, stability_seeds: int = 1) -> dict:
     from bbox_sae.artifacts import read_table
     from bbox_sae.config import load_config
-    from bbox_sae.evaluation import coherence_summary, extract, run_planted, share_inputs, stability
+    from bbox_sae.evaluation import coherence_summary, run_planted, stability
     from bbox_sae.labeling import labeled_features
     from bbox_sae.layout import RunLayout
+    from bbox_sae.stages import EMBED, INGEST, SCORE
+    from bbox_sae.variants import extract, share_outputs
 
     config, rules = SETUPS[setup]
     base = load_config(REPO / config)
@@ -86,19 +88,19 @@ def run_variant(setup: str, variant: str, overrides: list[str], null_seeds: int,
         b_name = base.compare[0][1]
         overrides = [*overrides, f"models.{[m.name for m in base.models].index(b_name)}.path={paths.planted_logprobs}"]
     cfg = load_config(REPO / config, overrides, output_dir=str(out))
-    share_inputs(base, cfg, logprobs=[cfg.compare[0][0]] if rules else None)
+    # A planted run shares model A's log-probs only: B's are planted there.
+    manifest = share_outputs(base, cfg, (INGEST, EMBED), logprobs_of=[cfg.compare[0][0]]) if rules else share_outputs(base, cfg, (INGEST, SCORE, EMBED))
     if rules:
         results = run_planted(cfg, rules_path=str(REPO / rules), null_seeds=tuple(range(null_seeds)))
         row = {**results["variants"]["full"], "null_kept": [r["kept_findings"] for r in results["null"]]}
     else:
-        extract(cfg)
+        extract(cfg, manifest)
         row = coherence_summary(labeled_features(paths), read_table(paths.findings))
         if stability_seeds > 1:
             dirs = [out]
             for seed in range(1, stability_seeds):
                 seed_cfg = load_config(REPO / config, [*overrides, f"sae.seed={seed}"], output_dir=str(out / f"seed{seed}"))
-                share_inputs(base, seed_cfg)
-                extract(seed_cfg)
+                extract(seed_cfg, share_outputs(base, seed_cfg, (INGEST, SCORE, EMBED)))
                 dirs.append(seed_cfg.out)
             row["stability"] = {**stability(dirs), "runs": stability_seeds}
         findings = read_table(paths.findings).to_pylist()

@@ -25,6 +25,7 @@ from _common import base_parser, load_snapshot, results_header, run_stage, write
 
 from bbox_sae.config import load_config  # noqa: E402
 from bbox_sae.config.loading import load_raw  # noqa: E402
+from bbox_sae.manifest import Manifest  # noqa: E402
 from bbox_sae.stages import STAGE_NAMES  # noqa: E402
 
 NAME = "pipeline"
@@ -70,9 +71,9 @@ def main() -> None:
         seconds, rss = run_stage(stage, config, sets, args.threads)
         stages[stage] = {"seconds": seconds, "peak_rss_mb": rss}
         print(f"stage {stage}: {seconds:.1f} s, peak RSS {rss:.0f} MiB", flush=True)
-    recorded = json.loads(cfg.paths.manifest.read_text())["stages"]
+    recorded = Manifest.read(cfg.out)
     scoring = json.loads(cfg.paths.score_stats(0, 1).read_text())
-    embed, train = recorded["embed"]["result"], recorded["train"]["result"]
+    embed, train = recorded.get("embed").result, recorded.get("train").result
     rates = {
         "scoring_tokens_per_s": {m: r["tokens_per_s"] for m, r in scoring.items() if r.get("tokens")},
         "embed_words_per_s": embed.get("words_per_s"),
@@ -86,7 +87,7 @@ def main() -> None:
         **results_header(args, NAME, args.threads, args.device),
         "config": str(config),
         "overrides": sets,
-        "words": recorded["ingest"]["result"].get("words"),
+        "words": recorded.get("ingest").result.get("words"),
         "stages": stages,
         "total_s": round(sum(s["seconds"] for s in stages.values()), 2),
         **rates,

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from bbox_sae.artifacts import read_table
 from bbox_sae.corpus.ingest import ingest
 from bbox_sae.corpus.words import word_spans
-from bbox_sae.scoring.stage import run_score
 from helpers.project import make_project, sample_docs
 from helpers.repo import load_script
+from helpers.stages import score
 
 bench = load_script("benchmarks/bench_scale.py")
 
@@ -46,7 +46,7 @@ def test_count_models_score_every_word_as_a_parquet_model(tmp_path):
     forms = [w.lower() for w in words["word"].to_pylist()]
     first = dict(zip(forms, np.exp(a["logprob"].to_numpy())))
     assert abs(sum(first.values()) - 1) < 1e-9
-    run_score(project.load())  # accepted as they are by the import
+    score(project.load())  # accepted as they are by the import
 
 
 @settings(max_examples=30, deadline=None)

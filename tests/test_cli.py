@@ -23,10 +23,11 @@ from hypothesis import strategies as st
 
 from bbox_sae import __version__
 from bbox_sae.artifacts import ShardedTable, read_table
+from bbox_sae.bookkeeping import run_lock
 from bbox_sae.cli import main
 from bbox_sae.layout import RunLayout
-from bbox_sae.pipeline import run_lock
-from bbox_sae.stages import STAGE_NAMES, read_manifest
+from bbox_sae.manifest import Manifest
+from bbox_sae.stages import STAGE_NAMES
 from helpers.cli import assert_one_line_error, bbox
 from helpers.project import TEXTS, USER_OFFSET, make_project, write_corpus, write_logprobs
 
@@ -411,7 +412,7 @@ def test_every_stage_has_a_command_and_run_runs_them_in_registry_order(project, 
     assert code == 0
     order = [line.split("]")[1].split(":")[0].strip() for line in err.splitlines() if line.startswith("[") and ": done" in line]
     assert order == STAGE_NAMES[: STAGE_NAMES.index("build") + 1]
-    assert sorted(read_manifest(project.out)["stages"]) == sorted(order)
+    assert sorted(Manifest.read(project.out).stages) == sorted(order)
 
 
 def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monkeypatch):
@@ -425,5 +426,5 @@ def test_manifest_records_are_withdrawn_while_a_stage_runs(project, capsys, monk
 
     monkeypatch.setattr(embedding, "run_embed", broken)
     assert_one_line_error(*run_until(capsys, project, "build", "--force", "embed"), "embeddings", "Input/output error")
-    assert "embed" not in read_manifest(project.out)["stages"]
+    assert "embed" not in Manifest.read(project.out).stages
     assert_one_line_error(*bbox(capsys, "build", "-c", str(project.config)), "stage 'embed'", "has not finished")

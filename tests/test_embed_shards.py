@@ -8,8 +8,9 @@ import json
 import numpy as np
 
 from bbox_sae.artifacts import ShardedTable, read_table
-from bbox_sae.manifest import read_manifest
-from bbox_sae.stages import BY_NAME, staleness
+from bbox_sae.bookkeeping import staleness
+from bbox_sae.manifest import Manifest
+from bbox_sae.stages import BY_NAME
 from helpers.cli import assert_one_line_error, bbox
 from helpers.project import make_project, sample_docs
 
@@ -33,12 +34,12 @@ def test_shards_embedded_by_separate_workers_merge_into_the_unsharded_result(tmp
     assert bbox(capsys, "embed", "-c", str(project.config), "--shard", "1/2")[0] == 0
     # Worker 1 of 2 owns shards 1 and 3 and wrote nothing else; the stage is not finished yet.
     assert ShardedTable(cfg.paths.embeddings).indices() == [1, 3]
-    assert staleness(BY_NAME["embed"], cfg, read_manifest(cfg.out)) == "has not finished"
+    assert staleness(BY_NAME["embed"], cfg, Manifest.read(cfg.out)) == "has not finished"
     stats = json.loads(cfg.paths.embedding_shard_stats(1, 2).read_text())
     assert stats["documents"] == 3  # documents 2-3 and 6
     assert bbox(capsys, "embed", "-c", str(project.config), "--shard", "0/2")[0] == 0
     assert bbox(capsys, "merge", "-c", str(project.config), "--stage", "embed") == (0, "")
-    assert staleness(BY_NAME["embed"], cfg, read_manifest(cfg.out)) is None
+    assert staleness(BY_NAME["embed"], cfg, Manifest.read(cfg.out)) is None
 
     assert bbox(capsys, "ingest", "-c", str(project.config), "-o", str(whole))[0] == 0
     assert bbox(capsys, "embed", "-c", str(project.config), "-o", str(whole))[0] == 0
@@ -57,7 +58,7 @@ def test_merge_names_the_shard_no_worker_wrote(tmp_path, capsys):
     assert bbox(capsys, "embed", "-c", str(project.config), "--shard", "0/2")[0] == 0
     missing = ShardedTable(cfg.paths.embeddings).shard_path(1)
     assert_one_line_error(*bbox(capsys, "merge", "-c", str(project.config), "--stage", "embed"), "embeddings incomplete", "[1, 3]", str(missing))
-    assert staleness(BY_NAME["embed"], cfg, read_manifest(cfg.out)) == "has not finished"
+    assert staleness(BY_NAME["embed"], cfg, Manifest.read(cfg.out)) == "has not finished"
 
 
 def test_a_damaged_shard_is_refused_by_merge_and_redone_by_its_worker(tmp_path, capsys):

@@ -20,10 +20,11 @@ from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.base import plan_windows
 from bbox_sae.scoring.endpoint import EndpointScorer
 from bbox_sae.scoring.hf import HFScorer
-from bbox_sae.scoring.stage import merge, run_score, word_logprob_rows
+from bbox_sae.scoring.stage import merge, word_logprob_rows
 from helpers.assets import REPO, tiny_lm_dir
 from helpers.fake_vllm import Backend, FakeVLLM
 from helpers.project import Project, make_project
+from helpers.stages import score
 
 KINDS = ["smollm2", "gemma"]
 START = {"smollm2": "<|endoftext|>", "gemma": None}
@@ -245,11 +246,11 @@ def test_sharded_workers_fill_one_output_and_report_throughput(backends, tmp_pat
         servers = {"a": a.url, "b": b.url}
         cfg = endpoint_project(tmp_path, servers).load()
         a.faults = ["503"]
-        first = run_score(cfg, shard_spec="0/2")
-        second = run_score(cfg, shard_spec="1/2")
+        first = score(cfg, shard="0/2")
+        second = score(cfg, shard="1/2")
         merge(cfg)
         whole = endpoint_project(tmp_path, servers, out="whole").load()
-        run_score(whole)
+        score(whole)
     assert logprob_tables(cfg) == logprob_tables(whole)
     for name in servers:
         assert first[name]["documents"] + second[name]["documents"] == 8
@@ -287,15 +288,15 @@ def test_a_killed_worker_resumes_without_redoing_finished_shards(backends, tmp_p
         mtime = finished.stat().st_mtime_ns
         a.delay_s = b.delay_s = 0.0
         before = {"a": len(a.requests), "b": len(b.requests)}
-        run_score(cfg, shard_spec="0/2")
+        score(cfg, shard="0/2")
         # worker 0 owns shards 0 and 2 (documents 0-1 and 4-5); only a's shard 0 was finished
         docs = read_table(cfg.paths.documents)
         pairs = list(zip(docs["doc_id"].to_pylist(), docs["text"].to_pylist()))
         assert len(a.requests) - before["a"] == n_windows("smollm2", pairs[4:6])
         assert len(b.requests) - before["b"] == n_windows("smollm2", pairs[0:2] + pairs[4:6])
         assert finished.stat().st_mtime_ns == mtime
-        run_score(cfg, shard_spec="1/2")
+        score(cfg, shard="1/2")
         merge(cfg)
         whole = endpoint_project(tmp_path, servers, out="whole").load()
-        run_score(whole)
+        score(whole)
     assert logprob_tables(cfg) == logprob_tables(whole)

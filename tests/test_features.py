@@ -209,7 +209,8 @@ def test_the_papers_selection_is_fooled_by_noise(tmp_path):
 def test_baselines_run_on_the_same_rows(planted_run):
     cfg, _, _ = planted_run
     for baseline in ("random", "kmeans"):
-        result = run_features(cfg, baseline=baseline)
+        into = cfg.paths.baseline(baseline)
+        result = run_features(cfg.model_copy(update={"features": cfg.features.model_copy(update={"baseline": baseline})}), into=into)
         features = read_table(cfg.paths.baseline(baseline).features)
         assert set(features["source"].to_pylist()) == {baseline}
         assert result["feature_rows"] == features.num_rows

@@ -21,7 +21,7 @@ from bbox_sae.config import CorpusConfig
 from bbox_sae.corpus.documents import corpus_fingerprint, load_documents
 from bbox_sae.errors import ConfigError
 from bbox_sae.layout import RunLayout
-from bbox_sae.stages import read_manifest
+from bbox_sae.manifest import Manifest
 from helpers.cli import assert_one_line_error, bbox
 from helpers.fake_openai import FakeOpenAI, json_reply, user_text
 from helpers.project import SMALL_FEATURES_RUN, TEXTS, Project, copy_of, make_project, run_through_features
@@ -80,12 +80,12 @@ def test_unreachable_labeler_keeps_the_offline_labels_fails_in_one_line_and_is_r
     assert labels and all(r["label"] and r["label_source"] in ("rule", "heuristic") for r in labels)
     assert all("llm:x gave no label, the offline one is kept" in r["label_reason"] for r in labels)
     # Not recorded as done: the report refuses, and the next run asks the labeler again.
-    assert "label" not in read_manifest(out.root)["stages"]
+    assert "label" not in Manifest.read(out.root).stages
     assert_one_line_error(*cli(capsys, "report", through_features, out=out.root), "stage 'label'", "has not finished")
     with FakeOpenAI(sensible_judge) as server:
         code, err = cli(capsys, "run", through_features, "--set", f"label.base_url={server.base_url}", "--set", "label.model=x", out=out.root)
     assert code == 0, err
-    assert "label" in read_manifest(out.root)["stages"] and out.report_html.exists()
+    assert "label" in Manifest.read(out.root).stages and out.report_html.exists()
     assert {r["label"] for r in pq.read_table(out.labels).to_pylist()} == {"words the judge names"}
 
 

@@ -201,7 +201,7 @@ def test_label_dry_run_is_not_recorded_as_labeling(project, capsys):
 def stage_reads(monkeypatch, out: Path) -> dict[str, set[Path]]:
     """Files under `out` each stage of `bbox run` opens: Python's opens (audit hook) and Parquet tables
     (all read through `artifacts.resolve_files`)."""
-    from bbox_sae import artifacts, pipeline, stages
+    from bbox_sae import artifacts, pipeline
 
     reads: dict[str, set[Path]] = {}
     current: list[str] = []
@@ -217,7 +217,7 @@ def stage_reads(monkeypatch, out: Path) -> dict[str, set[Path]]:
 
     sys.addaudithook(hook)  # audit hooks cannot be removed: this one records only while `current` is set
 
-    original_resolve, original_execute = artifacts.resolve_files, stages.execute
+    original_resolve, original_execute = artifacts.resolve_files, pipeline.execute
 
     def resolve_files(path, verify=True):
         files = original_resolve(path, verify)
@@ -225,10 +225,10 @@ def stage_reads(monkeypatch, out: Path) -> dict[str, set[Path]]:
             note(f)
         return files
 
-    def execute(stage, cfg, **options):
+    def execute(stage, cfg, manifest, **options):
         current.append(stage.name)
         try:
-            return original_execute(stage, cfg, **options)
+            return original_execute(stage, cfg, manifest, **options)
         finally:
             current.pop()
 
@@ -258,7 +258,7 @@ def test_every_stage_reads_only_outputs_of_the_stages_its_key_covers(project, ca
     assert set(reads) >= {"build", "features", "label", "report"}
     undeclared = {}
     for name, paths in reads.items():
-        allowed = {name, *BY_NAME[name].inputs}
+        allowed = {name, *(d.name for d in BY_NAME[name].inputs)}
         wrong = sorted(str(p.relative_to(cfg.out)) for p in paths if owner(cfg, p) not in allowed | {None})
         if wrong:
             undeclared[name] = wrong

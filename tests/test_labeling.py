@@ -559,9 +559,11 @@ def test_a_latent_broader_than_its_finding_says_what_else_it_fires_on():
 
 @pytest.mark.parametrize("setting", [{"validation_examples": 3}, {"only_kept": False}, {"examples": 5}, {"labeler": "heuristic"}])
 def test_label_settings_are_in_the_label_key_only(tmp_path, setting):
-    from bbox_sae.stages import BY_NAME, stage_key
+    from bbox_sae.bookkeeping import stage_key
+    from bbox_sae.stages import BY_NAME
+    from helpers.stages import recorded
 
-    manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train", "features")}}
+    manifest = recorded(tmp_path, "ingest", "score", "embed", "build", "train", "features")
     before, after = make_cfg(tmp_path), make_cfg(tmp_path, **setting)
     for name in ("embed", "build", "train", "features"):  # (ingest and score read the corpus files)
         # Nothing before the label stage re-runs when only a label setting changes.
@@ -570,20 +572,26 @@ def test_label_settings_are_in_the_label_key_only(tmp_path, setting):
 
 
 def test_a_new_offline_labeler_relabels_an_old_run(tmp_path, monkeypatch):
-    from bbox_sae.stages import BY_NAME, stage_key
+    from bbox_sae.bookkeeping import stage_key
+    from bbox_sae.labeling import heuristic
+    from bbox_sae.stages import BY_NAME
+    from helpers.stages import recorded
 
-    manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train", "features")}}
+    manifest = recorded(tmp_path, "ingest", "score", "embed", "build", "train", "features")
     before = stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest)
-    monkeypatch.setitem(BY_NAME["label"].version, "offline_labeler", BY_NAME["label"].version["offline_labeler"] + 1)
+    monkeypatch.setattr(heuristic, "OFFLINE_LABELER_VERSION", heuristic.OFFLINE_LABELER_VERSION + 1)
     assert stage_key(BY_NAME["label"], make_cfg(tmp_path), manifest) != before
 
 
 def test_a_new_findings_grouping_makes_the_findings_again(tmp_path, monkeypatch):
-    from bbox_sae.stages import BY_NAME, stage_key
+    from bbox_sae.bookkeeping import stage_key
+    from bbox_sae.features import grouping
+    from bbox_sae.stages import BY_NAME
+    from helpers.stages import recorded
 
-    manifest = {"stages": {name: {"digest": f"digest-{name}"} for name in ("ingest", "score", "embed", "build", "train")}}
+    manifest = recorded(tmp_path, "ingest", "score", "embed", "build", "train")
     before = stage_key(BY_NAME["features"], make_cfg(tmp_path), manifest)
-    monkeypatch.setitem(BY_NAME["features"].version, "findings", BY_NAME["features"].version["findings"] + 1)
+    monkeypatch.setattr(grouping, "FINDINGS_VERSION", grouping.FINDINGS_VERSION + 1)
     assert stage_key(BY_NAME["features"], make_cfg(tmp_path), manifest) != before
 
 

@@ -147,8 +147,8 @@ def features_run(tmp_path_factory, tiny_encoder):
     from bbox_sae.corpus.ingest import ingest
     from bbox_sae.embedding.stage import run_embed
     from bbox_sae.features import run_features
-    from bbox_sae.scoring.stage import run_score
     from bbox_sae.train.sae import run_train
+    from helpers.stages import score
 
     root = tmp_path_factory.mktemp("layout")
     rng = np.random.default_rng(0)
@@ -172,7 +172,7 @@ def features_run(tmp_path_factory, tiny_encoder):
     for m in ("A", "B"):
         lp = np.log(rng.uniform(0.05, 0.9, size=words.num_rows))
         pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), root / f"{m}.parquet")
-    run_score(cfg)
+    score(cfg)
     run_embed(cfg)
     run_build(cfg)
     run_train(cfg)

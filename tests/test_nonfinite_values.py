@@ -20,6 +20,7 @@ from bbox_sae.corpus.ingest import ingest
 from bbox_sae.errors import ArtifactError
 from bbox_sae.layout import logprob_column
 from helpers.project import make_project, tiny_model
+from helpers.stages import score
 
 DOCS = {
     "clean0": "The ships were late, and the men were tired.",
@@ -78,7 +79,7 @@ def test_nan_logprobs_and_embeddings_are_reported_and_excluded_for_every_model(p
 
     monkeypatch.setattr(stage, "make_scorer", make_poisoned)
     with caplog.at_level(logging.WARNING):
-        stage.run_score(cfg)
+        score(cfg)
     messages = [r.getMessage() for r in caplog.records]
     assert any("model 'smol'" in m and "'hfbad'" in m for m in messages), messages
     assert any("model 'ext'" in m and "2 non-finite" in m and "extbad" in m for m in messages), messages

@@ -12,8 +12,8 @@ import pytest
 from bbox_sae.artifacts import ShardedTable, read_table
 from bbox_sae.corpus.ingest import ingest
 from bbox_sae.errors import ArtifactError
-from bbox_sae.scoring.stage import run_score
 from helpers.project import make_project, sample_docs
+from helpers.stages import score
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -28,7 +28,7 @@ def test_shuffled_user_rows_are_resharded_in_document_order(tmp_path, seed):
     user = pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": values}).filter(pa.array(given))
     pq.write_table(user.take(pa.array(rng.permutation(user.num_rows))), project.logprob_file("a"))
     cfg = project.load()
-    run_score(cfg, models=["a"])
+    score(cfg, models=["a"])
 
     table = ShardedTable(cfg.paths.logprobs("a"))
     documents = read_table(cfg.paths.documents, columns=["doc_id"])["doc_id"].to_pylist()
@@ -50,5 +50,5 @@ def test_a_word_given_twice_is_refused_naming_the_file(tmp_path):
     user = read_table(project.logprob_file("a"))
     pq.write_table(pa.concat_tables([user, user.slice(4, 1)]), project.logprob_file("a"))
     with pytest.raises(ArtifactError, match="duplicate \\(doc_id, word_idx\\) rows") as err:
-        run_score(project.load(), models=["a"])
+        score(project.load(), models=["a"])
     assert str(project.logprob_file("a")) in str(err.value)

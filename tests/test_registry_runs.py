@@ -9,9 +9,11 @@ import shutil
 
 import pytest
 
+from bbox_sae.bookkeeping import staleness
 from bbox_sae.config import load_config
 from bbox_sae.layout import RunLayout
-from bbox_sae.stages import STAGE_NAMES, STAGES, read_manifest, staleness
+from bbox_sae.manifest import Manifest
+from bbox_sae.stages import STAGE_NAMES, STAGES
 from helpers.cli import assert_one_line_error, bbox
 from helpers.planted import THE_RULES_YAML
 from helpers.project import SMALL_RUN, Project, make_project
@@ -51,15 +53,15 @@ def test_bbox_run_after_eval_planted_redoes_nothing_the_evaluation_did(project, 
     # Each variant (a null-pair seed, the w = 0 ablation) is a run whose manifest says what it holds.
     for variant in (evaluation.null_seed(0), evaluation.ablation_w0):
         cfg = load_config(variant.config)
-        manifest = read_manifest(cfg.out)
+        manifest = Manifest.read(cfg.out)
         assert [s.name for s in STAGES if staleness(s, cfg, manifest) is None] == BEFORE_REPORT, variant.root.name
     # A `bbox run` on the evaluation's config keeps the dir the evaluation's own: it may evaluate there
     # again, and what is current (the same planted log-probs, the same SAE settings) is not redone:
     # a re-evaluation after a change to the features stage retrained every SAE, an hour on Handbook.
-    trained = {root: read_manifest(root)["stages"]["train"] for root in (evaluation.root, evaluation.null_seed(0).root)}
+    trained = {root: Manifest.read(root).get("train") for root in (evaluation.root, evaluation.null_seed(0).root)}
     code, err = bbox(capsys, *args, "--null-seeds", "1")
     assert code == 0, err
-    assert {root: read_manifest(root)["stages"]["train"] for root in trained} == trained
+    assert {root: Manifest.read(root).get("train") for root in trained} == trained
 
 
 def test_a_train_script_run_is_recorded(project, capsys):

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from markupsafe import escape
 
-from bbox_sae.config import config_from_dict
+from bbox_sae.config import FeaturesConfig, config_from_dict
 from bbox_sae.errors import ArtifactError
 from bbox_sae.features import FINDING_SCHEMA
 from bbox_sae.layout import RunLayout
@@ -165,6 +165,8 @@ def corpus_stats() -> dict:
         "words": 1000,
         "pairs": [["alpha", "beta"]],
         "pair_stats": {"alpha vs beta": {"mean_dlogp": 0.25, "median_dlogp": 0.1, "share_a_better": 0.55}},
+        # The settings the features stage decided with: the report says its tests by these.
+        "features_settings": FeaturesConfig().model_dump(mode="json"),
     }
 
 

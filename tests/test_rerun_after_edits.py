@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from bbox_sae.config import load_config
 from bbox_sae.corpus.words import word_spans
 from bbox_sae.layout import RunLayout
+from bbox_sae.manifest import Manifest
 from bbox_sae.pipeline import run_all
-from bbox_sae.stages import read_manifest
 from helpers.hardening import hardening_project
 from helpers.project import tiny_model
 
@@ -83,8 +83,8 @@ def assert_same_as_fresh(stale: Path, fresh: Path) -> None:
     assert sorted(mine) == sorted(theirs), f"files differ: only stale {sorted(set(mine) - set(theirs))}, only fresh {sorted(set(theirs) - set(mine))}"
     differ = [rel for rel in mine if mine[rel] != theirs[rel]]
     assert not differ, f"stale artifacts after the edit: {differ}"
-    keys = {n: (e["key"], e["digest"]) for n, e in read_manifest(stale)["stages"].items()}
-    assert keys == {n: (e["key"], e["digest"]) for n, e in read_manifest(fresh)["stages"].items()}
+    keys = {n: (r.key, r.digest) for n, r in Manifest.read(stale).stages.items()}
+    assert keys == {n: (r.key, r.digest) for n, r in Manifest.read(fresh).stages.items()}
 
 
 @pytest.fixture(scope="module")

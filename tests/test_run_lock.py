@@ -18,9 +18,10 @@ import time
 
 import pytest
 
+from bbox_sae.bookkeeping import run_lock
 from bbox_sae.errors import LockError
 from bbox_sae.layout import RunLayout
-from bbox_sae.pipeline import run_all, run_lock
+from bbox_sae.pipeline import run_all
 from bbox_sae.stages import STAGE_NAMES
 from helpers import killpoint
 from helpers.cli import bbox_process
@@ -119,7 +120,7 @@ RACER = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
     from bbox_sae.errors import LockError
-    from bbox_sae.pipeline import run_lock
+    from bbox_sae.bookkeeping import run_lock
     out, start_at, log = Path(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
     time.sleep(max(0.0, start_at - time.time()))
     try:

@@ -168,8 +168,8 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     from bbox_sae import models
     from bbox_sae.config import ModelConfig
     from bbox_sae.models import resolve_dtype, resolve_head, resolve_scoring_dtype
+    from bbox_sae.scoring import precision
     from bbox_sae.scoring.stage import model_key
-    from bbox_sae.stages import BY_NAME
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
@@ -196,7 +196,7 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     mixed, refined = base.model_copy(update={"dtype": "mixed"}), base.model_copy(update={"dtype": "bfloat16", "head": "refined"})
     configs = (base, mixed, refined, base.model_copy(update={"dtype": "float32"}))
     before = [model_key(m) for m in configs]
-    monkeypatch.setitem(BY_NAME["score"].version, "precision", BY_NAME["score"].version["precision"] + 1)
+    monkeypatch.setattr(precision, "PRECISION_VERSION", precision.PRECISION_VERSION + 1)
     assert [model_key(m) != k for m, k in zip(configs, before)] == [True, True, True, False]
 
 

@@ -11,9 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bbox_sae.bookkeeping import staleness
 from bbox_sae.cli import build_parser
-from bbox_sae.manifest import read_manifest
-from bbox_sae.stages import STAGES, staleness
+from bbox_sae.manifest import Manifest
+from bbox_sae.stages import STAGES
 from helpers.project import SMALL_RUN, make_project, sample_docs
 from helpers.repo import REPO
 
@@ -84,8 +85,8 @@ def test_the_submitted_jobs_run_the_pipeline_from_ingest_to_report(tmp_path):
     assert shards == {(stage, f"{i}/{N_TASKS}") for stage in ("score", "embed") for i in range(N_TASKS)}
     assert calls[-2:] == [["merge", "-c", str(project.config), "--stage", "score", "--stage", "embed"], ["run", "-c", str(project.config)]]
     cfg = project.load()
-    manifest = read_manifest(cfg.out)
+    manifest = Manifest.read(cfg.out)
     assert {s.name: staleness(s, cfg, manifest) for s in STAGES} == {s.name: None for s in STAGES}
     # The final `bbox run` found scoring and embedding done by the array and redid neither.
-    assert manifest["stages"]["score"]["result"] == {"merged": True} and manifest["stages"]["embed"]["result"] == {"merged": True}
+    assert manifest.get("score").result == {"merged": True} and manifest.get("embed").result == {"merged": True}
     assert cfg.paths.report_html.exists()

@@ -8,32 +8,28 @@ refused when its section is defined.
 from __future__ import annotations
 
 import copy
-import json
 import typing
 from typing import Literal
 
 import pytest
 from pydantic.fields import FieldInfo
 
+from bbox_sae.bookkeeping import stage_key, staleness
 from bbox_sae.config import Config, config_from_dict
 from bbox_sae.config.keys import Key, Operational, field_policy, unclassified_fields
 from bbox_sae.config.section import Section
+from bbox_sae.manifest import Manifest, StageRecord
 from bbox_sae.scoring.stage import model_key
-from bbox_sae.stages import BY_NAME, STAGES, read_manifest, record, stage_key, staleness
+from bbox_sae.stages import BY_NAME, STAGES
+from helpers.stages import recorded
 
-# Which stages read each section (or top-level field): a key field there is in their keys only.
-READERS = {
-    "corpus": {"ingest"},
-    "seed": {"ingest", "label"},
-    "models": {"score"},
-    "embedding": {"embed"},
-    "build": {"build"},
-    "sae": {"train"},
-    "features": {"features"},
-    "compare": {"features"},
-    "label": {"label"},
-    "report": {"report"},
-    "wandb": {"report"},
+# Which stages read each section (or top-level field), as they declare it: a key field there is in their keys only.
+READERS = {section: {s.name for s in STAGES if section in s.reads} for s_ in STAGES for section in s_.reads}
+# The code versions in keys, each defined next to its code: (module, constant) -> the stage whose key holds it.
+VERSIONS = {
+    ("bbox_sae.scoring.precision", "PRECISION_VERSION"): "score",
+    ("bbox_sae.features.grouping", "FINDINGS_VERSION"): "features",
+    ("bbox_sae.labeling.heuristic", "OFFLINE_LABELER_VERSION"): "label",
 }
 # Fields whose other value is valid only together with another setting (applied before and after).
 CONTEXT = {
@@ -42,7 +38,7 @@ CONTEXT = {
     "models.0.tokenizer": {"models.0.source": "endpoint", "models.0.endpoints": ["http://x"], "models.0.tokenizer": "gpt2"},
     "models.0.device_map": {"models.0.source": "hf"},
 }
-MANIFEST = {"stages": {s.name: {"digest": f"digest-{s.name}"} for s in STAGES}}
+MANIFEST = recorded("unused", *(s.name for s in STAGES))
 
 
 def _sections(section: type[Section] = Config, prefix: str = "") -> list[tuple[str, type[Section]]]:
@@ -110,11 +106,7 @@ def _another_value(path: str, info: FieldInfo, value):
 
 
 def _keys(cfg: Config) -> dict:
-    return {
-        **{s.name: stage_key(s, cfg, MANIFEST) for s in STAGES},
-        **{f"model_key {m.name}": model_key(m) for m in cfg.models},
-        "ingest fingerprint": cfg.section_hash("corpus", "seed"),
-    }
+    return {**{s.name: stage_key(s, cfg, MANIFEST) for s in STAGES}, **{f"model_key {m.name}": model_key(m) for m in cfg.models}}
 
 
 def _before_after(tmp_path, path: str, info: FieldInfo) -> tuple[dict, dict]:
@@ -154,13 +146,13 @@ def test_a_key_field_changes_the_keys_of_the_stages_that_read_it(tmp_path, path,
     stages = changed & set(BY_NAME)
     assert stages == READERS[path.split(".")[0]]
     assert ("model_key a" in changed) == path.startswith("models.0.")
-    assert ("ingest fingerprint" in changed) == (stages >= {"ingest"})
 
 
 def test_a_model_name_labels_its_scores_and_is_not_among_their_settings(tmp_path):
     raw = _base(tmp_path)
     before, after = _keys(config_from_dict(raw)), _keys(config_from_dict(_set(raw, "models.0.name", "c")))
-    assert {n for n in before if n in after and before[n] != after[n]} == {"score", "build", "features"}  # features: compare names it
+    # features: compare names it. The build follows through the score stage's digest (its outputs are named by the model).
+    assert {n for n in before if n in after and before[n] != after[n]} == {"score", "features"}
     assert after["model_key c"] == before["model_key a"]
 
 
@@ -173,13 +165,15 @@ def test_conditional_key_fields_keep_the_keys_of_runs_made_before_them(tmp_path)
     assert _keys(config_from_dict(_set(raw, "models.0.tokenizer", "gpt2"))) == default
 
 
-@pytest.mark.parametrize("stage", [s.name for s in STAGES if s.version])
-def test_a_new_code_version_is_in_the_key_of_its_stage(tmp_path, monkeypatch, stage):
+@pytest.mark.parametrize("where,stage", VERSIONS.items(), ids=lambda v: v if isinstance(v, str) else v[1])
+def test_a_new_code_version_is_in_the_key_of_its_stage(tmp_path, monkeypatch, where, stage):
+    import importlib
+
     # The rounding code's version is in the key of the models that use it: `a`, in `mixed`, not `b`.
     cfg = config_from_dict(_set(_set(_base(tmp_path), "models.0.dtype", "mixed"), "models.1.dtype", "float32"))
     before = _keys(cfg)
-    for part, number in BY_NAME[stage].version.items():
-        monkeypatch.setitem(BY_NAME[stage].version, part, number + 1)
+    module, constant = where
+    monkeypatch.setattr(importlib.import_module(module), constant, getattr(importlib.import_module(module), constant) + 1)
     after = _keys(cfg)
     assert {name for name in before if before[name] != after[name]} == ({"score", "model_key a"} if stage == "score" else {stage})
 
@@ -192,10 +186,10 @@ def test_a_run_stays_current_when_only_operational_fields_change(tmp_path):
     for p in build.outputs(cfg):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(p.name)
-    inputs = {"stages": {n: {"digest": f"digest-{n}"} for n in build.inputs}}
-    cfg.paths.manifest.write_text(json.dumps(inputs))
-    record(cfg, build, stage_key(build, cfg, inputs), 0.0, None)
-    manifest = read_manifest(cfg.out)
+    inputs = recorded(cfg.out, *(d.name for d in build.inputs))
+    inputs.put(build.name, StageRecord.finished_now(cfg.out, stage_key(build, cfg, inputs), build.outputs(cfg), 0.0, None))
+    manifest = Manifest.read(cfg.out)
+    manifest.stages.update({n: inputs.get(n) for n in inputs.stages if n != build.name})
     assert staleness(build, cfg, manifest) is None
     assert staleness(build, config_from_dict(_set(raw, "build.chunk_rows", 7)), manifest) is None
     assert staleness(build, config_from_dict(_set(raw, "build.output_feature_weight", 0.5)), manifest) == "is out of date (its inputs or settings changed)"

@@ -11,12 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from bbox_sae import stages
+from bbox_sae import bookkeeping, stages
+from bbox_sae import sweep as sweeps
 from bbox_sae.artifacts import read_table
 from bbox_sae.config import load_config
 from bbox_sae.corpus.words import word_spans
 from bbox_sae.layout import RunLayout
-from bbox_sae.train.sweep import MAX_L0_OFF_K, run_flags, run_sweep
+from bbox_sae.sweep import MAX_L0_OFF_K, run_flags, run_sweep
 from helpers.cli import assert_one_line_error, bbox
 from helpers.planted import planted_run
 from helpers.project import SMALL_RUN, Project, make_project, sample_docs
@@ -38,7 +39,8 @@ def test_sweep_writes_a_flagged_summary_a_plot_and_a_wandb_table(tmp_path, capsy
     cfg, _ = planted_run(tmp_path, n=3000, architecture="batchtopk")
     # The matrix is made by hand, with no build on record (which a sweep otherwise requires): what is
     # tested here is the summary (tests/test_registry_runs.py: a sweep on a recorded build).
-    monkeypatch.setattr(stages, "require_current_inputs", lambda stage, cfg: None)
+    for module in (sweeps, bookkeeping):
+        monkeypatch.setattr(module, "require_current_inputs", lambda stage, cfg, manifest: None)
     path = tmp_path / "sweep.yaml"
     raw = cfg.model_dump(mode="json")
     raw["sae"].update({"d_sae": 128, "k": 3, "total_rows": [2 * 512, 80 * 512], "dead_feature_window": 10})

@@ -18,13 +18,14 @@ from bbox_sae.config.keys import key_settings
 from bbox_sae.config.loading import config_from_dict, load_config, load_raw
 from bbox_sae.config.output_dir import check_saved_config, ensure_output_dir, save_resolved
 from bbox_sae.config.overrides import apply_overrides
-from bbox_sae.config.schema import Config
+from bbox_sae.config.schema import SECTIONS, Config, reading
 
 __all__ = [
     "BuildConfig",
     "Config",
     "CorpusConfig",
     "EmbeddingConfig",
+    "SECTIONS",
     "FeaturesConfig",
     "LabelConfig",
     "ModelConfig",
@@ -38,5 +39,6 @@ __all__ = [
     "key_settings",
     "load_config",
     "load_raw",
+    "reading",
     "save_resolved",
 ]

@@ -127,6 +127,11 @@ class FeaturesConfig(Section):
         description="`test: rule`: also test each difference-carrying latent's own word set, chosen by context alone (a group no single rule states)",
     )
 
+    @property
+    def source(self) -> str:
+        """What the latents come from: the trained SAE, or the baseline."""
+        return "sae" if self.baseline == "none" else self.baseline
+
 
 class LabelConfig(Section):
     labeler: Key[Literal["auto", "heuristic", "llm"]] = "auto"

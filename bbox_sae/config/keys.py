@@ -1,6 +1,6 @@
 """Which config fields are part of a stage's key: declared once, on each field of the schema.
 
-A stage is redone when its key changes (`bbox_sae/stages.py`), so every field says which it is:
+A stage is redone when its key changes (`bbox_sae/bookkeeping.py`), so every field says which it is:
 
 - `Key[T]`: changes what a stage writes; in the key of every stage that reads its section.
 - `Operational[T]`: changes only where, how fast or in how much memory something runs (batching,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import yaml
@@ -11,9 +12,9 @@ from pydantic import Field, field_validator, model_validator
 
 from bbox_sae.config.analysis import BuildConfig, FeaturesConfig, LabelConfig, ReportConfig, SAEConfig, WandbConfig
 from bbox_sae.config.inputs import CorpusConfig, EmbeddingConfig, ModelConfig
-from bbox_sae.config.keys import Key, Operational, key_settings
+from bbox_sae.config.keys import Key, Operational
 from bbox_sae.config.section import Section, not_empty
-from bbox_sae.errors import ConfigError
+from bbox_sae.errors import ConfigError, UndeclaredRead
 from bbox_sae.layout import RunLayout, SaeRunLayout
 
 
@@ -84,11 +85,32 @@ class Config(Section):
                 return m
         raise ConfigError(f"unknown model '{name}' (models: {[m.name for m in self.models]})")
 
-    def section_hash(self, *sections: str) -> str:
-        """Stable hash of the named sections' key settings (config/keys.py), for up-to-date checks."""
-        settings = key_settings(self)
-        payload = json.dumps({s: settings[s] for s in sections}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    def __getattribute__(self, name: str):
+        # Only inside `reading`: the sections a running stage may read (a section it reads goes into
+        # its key, so a read it does not declare is a result that can go stale unnoticed).
+        readable = _READABLE.get()
+        if readable is not None and name in SECTIONS and name not in readable[1]:
+            raise UndeclaredRead(f"stage '{readable[0]}' read config section '{name}', which it does not declare (bbox_sae/stages.py)")
+        return super().__getattribute__(name)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+# Every field a stage may read only by declaring it; the run's folders (output_dir, cache_dir) and
+# torch's threads are where and how it runs, not what it computes.
+SECTIONS = frozenset(Config.model_fields) - {"output_dir", "cache_dir", "threads"}
+_READABLE: ContextVar[tuple[str, frozenset[str]] | None] = ContextVar("readable_sections", default=None)
+
+
+@contextmanager
+def reading(stage: str, sections: frozenset[str]) -> Iterator[None]:
+    """While `stage` runs, any other section of any `Config` refuses to be read."""
+    unknown = sections - SECTIONS
+    if unknown:
+        raise ValueError(f"stage '{stage}' declares unknown config section(s) {sorted(unknown)}")
+    token = _READABLE.set((stage, sections))
+    try:
+        yield
+    finally:
+        _READABLE.reset(token)

@@ -19,7 +19,7 @@ import pyarrow as pa
 from bbox_sae.config import Config, CorpusConfig
 from bbox_sae.corpus.files import Document, iter_documents, walk_files
 from bbox_sae.corpus.words import word_spans
-from bbox_sae.errors import CorpusError
+from bbox_sae.errors import ConfigError, CorpusError
 from bbox_sae.schemas import DOCUMENTS_SCHEMA, WORDS_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -166,3 +166,16 @@ def corpus_fingerprint(cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> str:
 
 def shard_ranges(n_docs: int, shard_docs: int) -> list[tuple[int, int]]:
     return [(s, min(s + shard_docs, n_docs)) for s in range(0, n_docs, shard_docs)]
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    """`--shard i/n` of a worker of a sharded stage: it does the document shards k with k % n == i."""
+    if spec is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard '{spec}': expected i/n, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ConfigError(f"--shard '{spec}': need 0 <= i < n")
+    return i, n

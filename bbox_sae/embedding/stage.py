@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table
 from bbox_sae.config import Config, EmbeddingConfig, key_settings
-from bbox_sae.corpus.documents import shard_key, shard_ranges
+from bbox_sae.corpus.documents import parse_shard, shard_key, shard_ranges
 from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import ArtifactError, ConfigError
 from bbox_sae.scoring.align import token_word_ranges
@@ -217,8 +217,6 @@ def embedding_shard_keys(cfg: Config, documents: pa.Table, ranges: list[tuple[in
 def run_embed(cfg: Config, shard_spec: str | None = None) -> dict:
     """Embed the documents' words. `shard_spec` i/n: only shards k with k mod n == i (a worker of
     an array, as `bbox score --shard`); `bbox merge --stage embed` then checks the whole."""
-    from bbox_sae.scoring.stage import parse_shard
-
     shard = parse_shard(shard_spec)
     documents = read_table(cfg.paths.documents)
     table = ShardedTable(cfg.paths.embeddings)

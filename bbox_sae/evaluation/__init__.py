@@ -1,8 +1,8 @@
 """Evidence: planted-difference recovery, the null pair, ablations, coherence and stability.
 
 Modules: `planting` (the rules and model B's planted log-probs), `recovery` (which rules a run's
-findings recover, and the false discoveries), `runs` (the evaluation's runs and variants, every
-stage through the stage registry), `planted` (`bbox eval planted`), `ablation` (`bbox eval
+findings recover, and the false discoveries), `runs` (model B planted into a run whose every
+stage runs through the stage table; its variants are `bbox_sae.variants`), `planted` (`bbox eval planted`), `ablation` (`bbox eval
 ablation`), `coherence` (`bbox eval coherence`, stability across seeds), `printing` (the tables).
 """
 
@@ -12,13 +12,11 @@ from bbox_sae.evaluation.planted import run_planted
 from bbox_sae.evaluation.planting import PlantedRule, load_rules, planted_logprobs, planted_rules_path, rule_masks
 from bbox_sae.evaluation.printing import print_planted
 from bbox_sae.evaluation.recovery import row_attributes, rows_to_words, score_recovery
-from bbox_sae.evaluation.runs import extract, share_inputs
 
 __all__ = [
     "PlantedRule",
     "ablation_variants",
     "coherence_summary",
-    "extract",
     "load_rules",
     "planted_logprobs",
     "planted_rules_path",
@@ -30,6 +28,5 @@ __all__ = [
     "run_coherence",
     "run_planted",
     "score_recovery",
-    "share_inputs",
     "stability",
 ]

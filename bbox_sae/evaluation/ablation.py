@@ -15,23 +15,22 @@ import pyarrow.compute as pc
 from bbox_sae.artifacts import atomic_write_json
 from bbox_sae.config import Config
 from bbox_sae.evaluation.printing import fmt, print_table
-from bbox_sae.evaluation.runs import extract, share_inputs
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout
-from bbox_sae.stages import run_command
+from bbox_sae.stages import EMBED, INGEST, SCORE
+from bbox_sae.variants import BASELINES, baseline_config, extract, run_baseline, share_outputs
 
 
 def ablation_variants(cfg: Config) -> dict[str, tuple[Path, Path, str]]:
     """Run the variants; returns name -> (run dir with the build, features dir, source)."""
     variants: dict[str, tuple[Path, Path, str]] = {"full": (cfg.out, cfg.out, "sae")}
     w0 = cfg.model_copy(update={"output_dir": str(cfg.paths.ablation_w0.root), "build": cfg.build.model_copy(update={"output_feature_weight": 0.0})})
-    share_inputs(cfg, w0)
-    extract(w0)
+    extract(w0, share_outputs(cfg, w0, (INGEST, SCORE, EMBED)))
     variants["no-performance (w=0)"] = (w0.out, w0.out, "sae")
-    for baseline in ("random", "kmeans"):
-        run_command("features", cfg, baseline=baseline)
-        run_command("label", cfg, baseline=baseline)
-        variants[f"{baseline} baseline"] = (cfg.out, cfg.paths.baseline(baseline).root, baseline)
+    for baseline in BASELINES:
+        run_baseline(cfg, baseline, label=True)
+        out = baseline_config(cfg, baseline).out
+        variants[f"{baseline} baseline"] = (out, out, baseline)
     return variants
 
 

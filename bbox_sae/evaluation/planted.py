@@ -21,8 +21,10 @@ from bbox_sae.evaluation.ablation import ablation_variants
 from bbox_sae.evaluation.planting import load_rules, planted_logprobs, planted_rules_path, rule_masks
 from bbox_sae.evaluation.printing import print_planted
 from bbox_sae.evaluation.recovery import rows_to_words, score_recovery
-from bbox_sae.evaluation.runs import extract, models_but_b, plant, reading_b_from, score_model_a, share_inputs
-from bbox_sae.stages import read_manifest
+from bbox_sae.evaluation.runs import models_but_b, plant, reading_b_from, score_model_a
+from bbox_sae.manifest import Manifest
+from bbox_sae.stages import EMBED, INGEST
+from bbox_sae.variants import extract, share_outputs
 
 
 def _evaluated_here(cfg: Config) -> bool:
@@ -40,7 +42,7 @@ def check_planted_config(cfg: Config) -> None:
     b_name = cfg.compare[0][1]
     if cfg.model(b_name).source != "parquet":
         raise ConfigError(f"eval: model '{b_name}' must be `source: parquet` (its log-probs are planted)")
-    if read_manifest(cfg.out)["stages"] and not _evaluated_here(cfg):
+    if Manifest.read(cfg.out).stages and not _evaluated_here(cfg):
         raise ConfigError(
             f"output_dir {cfg.out}: holds a `bbox run` (manifest.json records its stages), whose log-probs of model '{b_name}' and "
             "findings `bbox eval planted` would replace with planted ones; give the evaluation an output dir of its own (-o)"
@@ -51,10 +53,10 @@ def null_run(cfg: Config, words: pa.Table, lp_a: np.ndarray, noise_std: float, s
     """B = A + N(0, noise_std) with nothing planted, SAE seed `seed`; every kept finding is false."""
     out = cfg.paths.null_seed(seed).root
     sub = reading_b_from(cfg, cfg.paths.null_logprobs(seed)).model_copy(update={"output_dir": str(out), "sae": cfg.sae.model_copy(update={"seed": seed})})
-    share_inputs(cfg, sub, logprobs=models_but_b(cfg))
+    manifest = share_outputs(cfg, sub, (INGEST, EMBED), logprobs_of=models_but_b(cfg))
     rng = np.random.default_rng(1000 + seed)
-    plant(sub, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
-    extract(sub)
+    plant(sub, manifest, np.minimum(lp_a + rng.normal(0.0, noise_std, size=len(lp_a)), 0.0), words)
+    extract(sub, manifest)
     findings = read_table(sub.paths.findings).to_pylist()
     return {
         "seed": seed,
@@ -72,10 +74,11 @@ def run_planted(cfg: Config, rules_path: str | None = None, null_seeds: tuple[in
     # and the saved config says so (a later `bbox run` on this dir reads what was evaluated).
     cfg = reading_b_from(cfg, cfg.paths.planted_logprobs)
     save_resolved(cfg)
-    words, lp_a = score_model_a(cfg)
+    manifest = Manifest.read(cfg.out)
+    words, lp_a = score_model_a(cfg, manifest)
     masks = rule_masks(words, rules)
-    plant(cfg, planted_logprobs(lp_a, masks, rules, noise_std, seed), words)
-    extract(cfg)
+    plant(cfg, manifest, planted_logprobs(lp_a, masks, rules, noise_std, seed), words)
+    extract(cfg, manifest)
 
     results = {
         "rules": {r.name: {"kind": r.kind, "delta": r.delta, "occurrences": int(masks[r.name].sum()), "frequency": float(masks[r.name].mean())} for r in rules},

@@ -25,7 +25,7 @@ from bbox_sae.features.activations import TopActivations, firing, top_activation
 from bbox_sae.features.contexts import contexts_table, cut_context, word_attributes_by_position, words_by_row
 from bbox_sae.features.encoders import Encoder, blind_rows, encode_rows, make_encoder, ranking_encoder
 from bbox_sae.features.source import FeatureSource, Matrix, feature_source, open_rows
-from bbox_sae.features.stage import features_layout, run_features
+from bbox_sae.features.stage import run_features
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "cut_context",
     "encode_rows",
     "feature_source",
-    "features_layout",
     "firing",
     "make_encoder",
     "open_rows",

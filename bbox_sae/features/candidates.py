@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bbox_sae.config import FeaturesConfig
-from bbox_sae.features.activations import TopActivations, top_words
+from bbox_sae.features.activations import top_words
 from bbox_sae.features.findings import propose_rules, rule_words
 from bbox_sae.features.grouping import FindingInputs
 from bbox_sae.features.latent_sets import latent_sets
 from bbox_sae.features.rule_search import search_rules
-from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, rules_to_json
+from bbox_sae.features.rules import Rule, RuleFit, any_mask, rules_to_json
 from bbox_sae.features.significance import bh_qvalues, bootstrap_median_ci, wilcoxon_p
 from bbox_sae.features.word_sets import WordSet
 
@@ -60,25 +60,16 @@ def proposer_text(searched: bool, latents: Sequence[int]) -> str:
     return " + ".join(p for p in ("rule search" if searched else "", named) if p)
 
 
-def rule_candidates(
-    feats: list[dict],
-    top: TopActivations,
-    fires: np.ndarray,
-    column: dict[int, int],
-    attrs: WordAttributes,
-    train: np.ndarray,
-    holdout: np.ndarray,
-    lp_by_row: dict[str, np.ndarray],
-    pairs: list[tuple[str, str]],
-    fcfg: FeaturesConfig,
-) -> tuple[list[Tested], dict[int, RuleFit]]:
+def rule_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> tuple[list[Tested], dict[int, RuleFit]]:
     """Every rule the exhaustive search proposes (`features.rule_search`) and every rule a latent
     proposes from its train top words (`findings.propose_rules`), once per (pair, sign, rule) with
     all its proposers; and each latent's first proposal (its label when it is in no finding)."""
+    top, attrs, lp_by_row, fcfg = inputs.top, inputs.attrs, inputs.lp_by_row, inputs.fcfg
+    train, holdout = inputs.rows_by_split["train"], inputs.rows_by_split["holdout"]
     candidates: dict[tuple, Tested] = {}
     first_rule: dict[int, RuleFit] = {}
     if fcfg.rule_search:
-        for a, b in pairs:
+        for a, b in inputs.pairs:
             for found in search_rules(
                 attrs, train, holdout, lp_by_row[a], lp_by_row[b], fcfg.min_activations, fcfg.min_abs_median_dlogp, fcfg.min_abs_median_dp
             ):
@@ -113,22 +104,10 @@ def rule_candidates(
     return list(candidates.values()), first_rule
 
 
-def latent_candidates(
-    feats: list[dict],
-    top: TopActivations,
-    fires: np.ndarray,
-    column: dict[int, int],
-    context: np.ndarray,
-    attrs: WordAttributes,
-    train: np.ndarray,
-    holdout: np.ndarray,
-    lp_by_row: dict[str, np.ndarray],
-    rules: list[Tested],
-    fcfg: FeaturesConfig,
-    seed: int,
-) -> list[Tested]:
+def latent_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int], rules: list[Tested]) -> list[Tested]:
     """The word sets (`latent_sets.latent_sets`) of every latent whose own train top words show a
     difference (the effect rule on their median)."""
+    top, attrs, lp_by_row, fcfg = inputs.top, inputs.attrs, inputs.lp_by_row, inputs.fcfg
     proposals = []
     for r in feats:
         if r["latent"] not in column:
@@ -149,15 +128,15 @@ def latent_candidates(
     sets = latent_sets(
         proposals,
         lambda latent: fires[:, column[latent]],
-        context,
+        inputs.context,
         attrs,
-        train,
-        holdout,
+        inputs.rows_by_split["train"],
+        inputs.rows_by_split["holdout"],
         dlogp_of,
         in_context_rule,
         fcfg.min_abs_median_dlogp,
         fcfg.min_activations,
-        seed,
+        inputs.seed,
     )
     return [Tested("latent", s.pair, s.sign, [s.latent], s.train_rows, s.holdout_rows, word_set=s.word_set) for s in sets]
 
@@ -237,9 +216,7 @@ def tested_row(t: Tested) -> dict:
 def propose_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> tuple[list[Tested], dict[int, RuleFit]]:
     """Every candidate the proposers offer, rules then (with `features.latent_sets`) word sets, and
     each latent's first proposed rule."""
-    train, holdout = inputs.rows_by_split["train"], inputs.rows_by_split["holdout"]
-    fcfg = inputs.fcfg
-    tested, first_rule = rule_candidates(feats, inputs.top, fires, column, inputs.attrs, train, holdout, inputs.lp_by_row, inputs.pairs, fcfg)
-    if fcfg.latent_sets:
-        tested += latent_candidates(feats, inputs.top, fires, column, inputs.context, inputs.attrs, train, holdout, inputs.lp_by_row, tested, fcfg, inputs.seed)
+    tested, first_rule = rule_candidates(feats, inputs, fires, column)
+    if inputs.fcfg.latent_sets:
+        tested += latent_candidates(feats, inputs, fires, column, tested)
     return tested, first_rule

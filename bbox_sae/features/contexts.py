@@ -11,6 +11,7 @@ from bbox_sae.artifacts import read_table, resolve_files
 from bbox_sae.config import Config
 from bbox_sae.features.rules import WordAttributes, word_attributes
 from bbox_sae.layout import logprob_column
+from bbox_sae.schemas import contexts_schema
 
 # (latent, split, rank, row, activation, in_top): one row of contexts.parquet before its text is cut.
 Example = tuple[int, str, int, int, float, bool]
@@ -64,7 +65,7 @@ def contexts_table(cfg: Config, examples: list[Example], index: pa.Table, models
     }
     for m in models:
         cols[logprob_column(m)] = index[logprob_column(m)].take(pa.array(rows)) if len(rows) else pa.array([], pa.float64())
-    return pa.table(cols)
+    return pa.table(cols, schema=contexts_schema(models))
 
 
 def words_by_row(cfg: Config, index: pa.Table) -> tuple[np.ndarray, np.ndarray]:

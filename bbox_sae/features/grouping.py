@@ -19,8 +19,18 @@ from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import LatentRule, group_latents, mine_rule, top_forms
 from bbox_sae.features.rules import WordAttributes, rules_to_json
 
-# A change to the findings this groups: bump the features stage's version["findings"] in
-# bbox_sae/stages.py, so that findings made before are made again.
+# The version of how findings are found and grouped, part of the features stage's key: bump it when
+# this code (or that of tested_findings, latent_sets, rules) changes what it writes for the same
+# settings. 2: a nested group is said by its broadest rule only when the words it adds differ too,
+# and listed words after one listed word are one finding. 3: a run of spaces is said in words.
+# 4: latents' groups of words; findings join only what nests, never by embedding similarity.
+# 5: ending sets; same-context units that share a proposing latent join. 6: a latent's carrying words
+# above latent_sets.FIT_WORDS are clustered by a k-means fitted on a sample of them. 7: every rule of
+# the grammar is a candidate (features.rule_search); rules of one place that a latent carries join;
+# the rule-search baseline is recorded. 8: a finding said by a member's word set keeps that set's
+# exclusions. 9: a left word joins like a layout; a latent's group that rules hold and that mixes
+# punctuation and words is not kept. 10: a place joins one kind of token.
+FINDINGS_VERSION = 26
 
 
 def rule_columns(fit: LatentRule | None) -> dict:

@@ -22,11 +22,6 @@ from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
 
 
-def features_layout(cfg: Config, baseline: str | None = None) -> RunLayout:
-    """Where a run's feature tables go: the run itself, or `baselines/<name>/` for a baseline."""
-    return cfg.paths.baseline(baseline) if baseline else cfg.paths
-
-
 @dataclass(frozen=True)
 class Tables:
     features: pa.Table
@@ -91,6 +86,9 @@ def _corpus_stats(cfg: Config, m: Matrix) -> dict:
     pairs = [tuple(p) for p in cfg.compare]
     stats = corpus_stats(m.index, m.models, pairs, documents.num_rows)
     stats["domains"] = domain_stats(m.index, documents, m.models, pairs)
+    # What the report says of the tests (thresholds, which test) is what decided them, not what the
+    # config says now: a new q_threshold changes this file, and so the report's key.
+    stats["features_settings"] = cfg.features.model_dump(mode="json")
     return stats
 
 
@@ -109,17 +107,16 @@ def _write(dest: RunLayout, tables: Tables, top_tbl: pa.Table, contexts: pa.Tabl
     atomic_write_table(dest.features, tables.features)
 
 
-def run_features(cfg: Config, baseline: str | None = None, into: RunLayout | None = None) -> dict:
+def run_features(cfg: Config, into: RunLayout | None = None) -> dict:
     """`into`: where the tables go instead of the run's own (`bbox sweep`: each SAE's in its folder)."""
     fcfg = cfg.features
-    baseline = baseline or (fcfg.baseline if fcfg.baseline != "none" else None)
-    src = feature_source(cfg, baseline or "sae")
+    src = feature_source(cfg, fcfg.source)
     m = src.matrix
     top = top_activations(src.encode, m.values, m.rows_by_split, src.d_sae, fcfg.top_n, fcfg.chunk_rows)
     tables = _find(cfg, src, top)
     top_tbl, examples = top_records(top, src.d_sae, m.index)
     stats = _corpus_stats(cfg, m)
-    _write(into or features_layout(cfg, baseline), tables, top_tbl, contexts_table(cfg, examples, m.index, m.models), stats)
+    _write(into or cfg.paths, tables, top_tbl, contexts_table(cfg, examples, m.index, m.models), stats)
     print_summary(tables.findings, tables.features, stats)
     features = tables.features
     return {

@@ -20,12 +20,14 @@ from bbox_sae.features.rules import Rule, normalize_form, shown_word_attributes
 from bbox_sae.labeling.records import Context, FeatureExamples, LabelResult, validation_set
 from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
+# The version of this labeler, part of the label stage's key: bump it when what it writes changes for
+# the same settings. 5: latents of latent findings are said by their word sets; findings' statements are scored.
+OFFLINE_LABELER_VERSION = 5
+
 _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a description
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...
 _MAX_FORMS = 3  # ...or this many
 _CONTEXT_WORDS = 3  # words on each side searched for a shared n-gram
-# A change to the labels this writes: bump the label stage's version["offline_labeler"] in
-# bbox_sae/stages.py, so that runs labeled before are labeled again.
 
 _PUNCT_NAMES = {
     ",": "comma",

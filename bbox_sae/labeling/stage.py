@@ -12,7 +12,7 @@ import pyarrow as pa
 from bbox_sae.artifacts import atomic_write_json, atomic_write_table, read_table, require_columns, sha256_file
 from bbox_sae.config import Config
 from bbox_sae.errors import ConfigError, EndpointError
-from bbox_sae.features import feature_source, features_layout
+from bbox_sae.features import feature_source
 from bbox_sae.labeling.broader import broader_rules
 from bbox_sae.labeling.client import Stats
 from bbox_sae.labeling.finding_statements import label_findings
@@ -26,10 +26,9 @@ from bbox_sae.labeling.table import labels_table
 log = logging.getLogger(__name__)
 
 
-def run_label(cfg: Config, baseline: str | None = None) -> dict:
-    """Label the features of the run (or of a baseline's feature tables, `baselines/<name>/`)."""
-    baseline = baseline or (cfg.features.baseline if cfg.features.baseline != "none" else None)
-    paths = features_layout(cfg, baseline)
+def run_label(cfg: Config) -> dict:
+    """Label the features of the run (those of the SAE, or of `features.baseline`)."""
+    paths = cfg.paths
     features = read_table(paths.features)
     require_columns(features, FEATURE_COLUMNS, str(paths.features))
     contexts = read_table(paths.contexts)
@@ -41,7 +40,7 @@ def run_label(cfg: Config, baseline: str | None = None) -> dict:
     if labeler == "llm" and not (lc.base_url and lc.model):
         raise ConfigError("label.labeler is 'llm' but label.base_url and label.model are not both set")
     contrast = lc.contrast_examples if labeler == "llm" else 0
-    src = feature_source(cfg, baseline or "sae")
+    src = feature_source(cfg, cfg.features.source)
     negatives = draw_negatives(src, latent_forms(contexts, latents), contrast, finding_members(findings, latents))
     columns = [c for c in contexts.column_names if c in negatives.column_names]
     shown = pa.concat_tables([contexts.select(columns), negatives.select(columns).cast(contexts.select(columns).schema)])

@@ -115,7 +115,7 @@ def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, 
     for f in shown:
         view = feature_view(f, inputs, cfg.report)
         view["finding_refs"] = finding_refs(f, findings)
-        view["kept_reason"] = kept_reason(f, view["finding_refs"], cfg.features)
+        view["kept_reason"] = kept_reason(f, view["finding_refs"], inputs.settings)
         views.append(view)
     domains = sorted(set(inputs.stats.get("domains") or {}) | {d["domain"] for v in views for d in v["domains"]})
     scores = [[c, SCORE_TITLES[c]] for c in ["label_score", *inputs.score_columns]]
@@ -137,8 +137,8 @@ def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, 
             pairs=[f"{a} vs {b}" for a, b in inputs.stats.get("pairs", [])],
             domains=domain_rows(inputs.stats),
             domains_open_max=DOMAINS_OPEN_MAX,
-            findings=finding_views(inputs, cfg.features),
-            how_to_read=how_to_read(cfg.features, inputs.candidate_family, inputs.against_search),
+            findings=finding_views(inputs, inputs.settings),
+            how_to_read=how_to_read(inputs.settings, inputs.candidate_family, inputs.against_search),
             forest_plot=charts.forest_base64,
             domain_chart=charts.domains_base64,
             sae_runs=[SaeRun(run, str(inputs.paths.sae_run(run).metrics.relative_to(root)), m) for run, m in inputs.sae_runs.items()],

@@ -11,9 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
 from bbox_sae.artifacts import read_table, require_columns, resolve_files
-from bbox_sae.config import Config
+from bbox_sae.config import Config, FeaturesConfig
 from bbox_sae.errors import ArtifactError
 from bbox_sae.labeling.finding_statements import labeled_findings
 from bbox_sae.labeling.table import labeled_features
@@ -43,6 +44,7 @@ class ReportInputs:
     stats: dict
     domains: dict[str, str]
     sae_runs: dict[str, dict]
+    settings: FeaturesConfig  # those the features stage decided with (corpus_stats.json)
     findings: list[dict] = field(default_factory=list)
     score_columns: list[str] = field(default_factory=list)  # the EXTRA_SCORE_COLUMNS present
     finding_contexts: dict[int, list[dict]] = field(default_factory=dict)  # finding -> held-out contexts
@@ -136,9 +138,17 @@ def load_stats(path: Path) -> dict:
         raise ArtifactError(f"{path}: invalid JSON: {err}") from None
 
 
+def features_settings(path: Path, stats: dict) -> FeaturesConfig:
+    try:
+        return FeaturesConfig.model_validate(stats["features_settings"])
+    except (KeyError, ValidationError):
+        raise ArtifactError(f"{path}: no valid `features_settings` (written by an older features stage?); run `bbox features` again") from None
+
+
 def load_inputs(cfg: Config) -> ReportInputs:
     paths = cfg.paths
     stats = load_stats(paths.corpus_stats)
+    settings = features_settings(paths.corpus_stats, stats)
     features, score_columns = load_features(read_feature_table(paths))
     pair_models = sorted({f["model_a"] for f in features} | {f["model_b"] for f in features})
     findings = labeled_findings(paths) if paths.findings.exists() else []
@@ -150,9 +160,10 @@ def load_inputs(cfg: Config) -> ReportInputs:
         stats=stats,
         domains=load_domains(paths.documents),
         sae_runs=load_sae_runs(paths),
+        settings=settings,
         findings=findings,
         score_columns=score_columns,
-        finding_contexts=finding_contexts(paths, findings, cfg.features.context_chars),
+        finding_contexts=finding_contexts(paths, findings, settings.context_chars),
         finding_q=finding_q,
         candidate_family=family,
         against_search=against_search(paths, findings),

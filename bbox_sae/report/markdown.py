@@ -161,7 +161,7 @@ def build_markdown(cfg: Config, inputs: ReportInputs, charts: Charts) -> str:
         ),
         "",
     ]
-    lines += _md_findings(finding_views(inputs, cfg.features), how_to_read(cfg.features, inputs.candidate_family, inputs.against_search), charts.forest)
+    lines += _md_findings(finding_views(inputs, inputs.settings), how_to_read(inputs.settings, inputs.candidate_family, inputs.against_search), charts.forest)
     lines += _md_domains(stats, charts.domains)
     pairs = stats.get("pairs") or sorted({(f["model_a"], f["model_b"]) for f in inputs.features})
     for a, b in pairs:

@@ -115,7 +115,7 @@ def log_wandb(cfg: Config, inputs: ReportInputs, charts: Charts) -> dict:
                 data=[[m, s.get("mean_logprob"), s.get("perplexity"), s.get("words")] for m, s in inputs.stats.get("models", {}).items()],
             ),
         }
-        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(finding_views(inputs, cfg.features)), allow_mixed_types=True)
+        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(finding_views(inputs, inputs.settings)), allow_mixed_types=True)
         if inputs.rule_search is not None:
             payload["rule_search"] = wandb.Table(dataframe=inputs.rule_search.to_pandas())
         if inputs.sae_runs:

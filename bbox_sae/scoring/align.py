@@ -49,9 +49,3 @@ def align_logprobs(token_offsets: np.ndarray, token_logprobs: np.ndarray, word_s
         span = np.arange(first[i], last[i] + 1)
         out[span] += token_logprobs[i] / len(span)
     return out
-
-
-def word_token_counts(token_offsets: np.ndarray, word_spans: np.ndarray) -> np.ndarray:
-    """Number of tokens touching each word (fractional for shared tokens); 0 marks a word no token scored."""
-    ones = np.ones(len(np.asarray(token_offsets).reshape(-1, 2)))
-    return align_logprobs(token_offsets, ones, word_spans)

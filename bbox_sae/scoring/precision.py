@@ -15,8 +15,11 @@ import torch
 
 from bbox_sae.errors import ConfigError
 
-# A change to the scores this rounding gives: bump the score stage's version["precision"] in
-# bbox_sae/stages.py, so that the models using it are scored again.
+# The version of the rounding of `dtype: mixed` and of the refined head (scoring/hf.py), part of the key
+# of each model that uses them (scoring/stage.py `model_key`): bump it when the scores they give change,
+# so that those models are scored again. 2: the refined head streams the vocabulary; 3: a tie at its
+# top-k's edge may pick another logit.
+PRECISION_VERSION = 3
 
 
 class Bf16Linear(torch.nn.Module):

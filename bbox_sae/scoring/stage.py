@@ -22,8 +22,7 @@ from tqdm.auto import tqdm
 
 from bbox_sae.artifacts import ShardedTable, atomic_write_json, read_table, require_columns, sha256_file
 from bbox_sae.config import Config, ModelConfig, key_settings
-from bbox_sae.corpus.documents import shard_key, shard_ranges
-from bbox_sae.corpus.ingest import ingest
+from bbox_sae.corpus.documents import parse_shard, shard_key, shard_ranges
 from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import ArtifactError, ScoringError
 from bbox_sae.schemas import LOGPROB_SCHEMA
@@ -31,18 +30,6 @@ from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.scoring.base import Scorer, ScoringStats
 
 log = logging.getLogger(__name__)
-
-
-def parse_shard(spec: str | None) -> tuple[int, int]:
-    if spec is None:
-        return 0, 1
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ScoringError(f"--shard '{spec}': expected i/n, e.g. 0/4") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise ScoringError(f"--shard '{spec}': need 0 <= i < n")
-    return i, n
 
 
 def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
@@ -91,9 +78,9 @@ def model_key(model_cfg: ModelConfig) -> str:
             # auto means float32 on such a CPU: its scores are not those of `mixed`.
             relevant["cpu_native_bf16"] = False
     if model_cfg.source in ("hf", "gguf") and (model_cfg.dtype in ("auto", "mixed") or model_cfg.head == "refined"):
-        from bbox_sae.stages import BY_NAME  # the registry holds every stage's code version
+        from bbox_sae.scoring.precision import PRECISION_VERSION
 
-        relevant["precision_version"] = BY_NAME["score"].version["precision"]
+        relevant["precision_version"] = PRECISION_VERSION
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -303,11 +290,6 @@ def check_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig] |
     return missing
 
 
-def run_score(cfg: Config, models: list[str] | None = None, shard_spec: str | None = None) -> dict:
-    """Ingest (when not up to date), then score."""
-    return score_documents(cfg, ingest(cfg), models, shard_spec)
-
-
 def score_documents(cfg: Config, documents: pa.Table, models: list[str] | None = None, shard_spec: str | None = None) -> dict:
     shard = parse_shard(shard_spec)
     chosen = [cfg.model(n) for n in models] if models else cfg.models
@@ -318,24 +300,22 @@ def score_documents(cfg: Config, documents: pa.Table, models: list[str] | None =
         table = ShardedTable(cfg.paths.logprobs(m.name))
         table.remove_extra(set(range(len(shard_ranges(documents.num_rows, cfg.corpus.shard_docs)))))
     if shard == (0, 1):
-        missing = {k: v for k, v in check_complete(cfg, documents, chosen).items() if v}
-        if missing:
-            raise ArtifactError(f"scoring incomplete: missing shards {missing}")
-        for m in chosen:
-            bad = ShardedTable(cfg.paths.logprobs(m.name)).verify()
-            if bad:
-                raise ArtifactError(f"{cfg.paths.logprobs(m.name)}: shard(s) {bad} failed their checksum; re-run `bbox score`")
+        require_complete(cfg, documents, chosen, "re-run `bbox score`")
     atomic_write_json(cfg.paths.score_stats(*shard), report)
     return report
 
 
-def merge(cfg: Config) -> None:
-    """Check that every worker's shards are complete and intact (`bbox merge`)."""
-    documents = read_table(cfg.paths.documents)
-    missing = {k: v for k, v in check_complete(cfg, documents).items() if v}
+def require_complete(cfg: Config, documents: pa.Table, models: list[ModelConfig], remedy: str) -> None:
+    """Every shard of every one of `models` is written for the current documents and settings, and intact."""
+    missing = {k: v for k, v in check_complete(cfg, documents, models).items() if v}
     if missing:
         raise ArtifactError(f"scoring incomplete: missing shards {missing}")
-    for m in cfg.models:
+    for m in models:
         bad = ShardedTable(cfg.paths.logprobs(m.name)).verify()
         if bad:
-            raise ArtifactError(f"{cfg.paths.logprobs(m.name)}: shard(s) {bad} failed their checksum; re-run the worker that owns them")
+            raise ArtifactError(f"{cfg.paths.logprobs(m.name)}: shard(s) {bad} failed their checksum; {remedy}")
+
+
+def merge(cfg: Config) -> None:
+    """Check that every worker's shards are complete and intact (`bbox merge`)."""
+    require_complete(cfg, read_table(cfg.paths.documents), cfg.models, "re-run the worker that owns them")

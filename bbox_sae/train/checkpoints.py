@@ -73,21 +73,16 @@ def withdraw_model(paths: SaeRunLayout) -> None:
 
 
 def checkpoint_key(cfg: Config) -> str:
-    """What checkpoints are written under: the train stage's key (the build's recorded digest and
-    the train settings), or, where no manifest records the build (`train_sae` on a matrix built
-    outside `bbox`), the settings and the build's files as they are now."""
+    """What checkpoints are written under when the train stage's key is not given (`train_sae` on a
+    matrix built outside `bbox`): the train settings and the build's files as they are now."""
     import hashlib
 
     from bbox_sae.artifacts import sha256_file
-    from bbox_sae.stages import BY_NAME, read_manifest, stage_key
+    from bbox_sae.config import key_settings
 
-    stage = BY_NAME["train"]
-    key = stage_key(stage, cfg, read_manifest(cfg.out))
-    if key is not None:
-        return key
     paths = cfg.paths
     build = {"build.json": sha256_file(paths.build_info), **{p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in (paths.matrix, paths.index)}}
-    return hashlib.sha256(json.dumps({"settings": stage.settings(cfg), "build": build}, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps({"settings": {"sae": key_settings(cfg.sae)}, "build": build}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # What reading a damaged checkpoint raises: torch's zip reader (RuntimeError), the unpickler (a

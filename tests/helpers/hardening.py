@@ -77,10 +77,11 @@ def stage_outputs(stage: str, out: Path) -> list[str]:
 def run_stage_in_process(stage: str, cfg) -> dict | None:
     """`bbox <stage>` without the subprocess: the same writes in the same order (kill-point counts agree)."""
     from bbox_sae.config import save_resolved
+    from bbox_sae.manifest import Manifest
     from bbox_sae.stages import run_command
 
     save_resolved(cfg)
-    return run_command(stage, cfg)
+    return run_command(BY_NAME[stage], cfg, Manifest.read(cfg.out))
 
 
 def build_reference(config_path: Path, stages: list[str]) -> dict[str, int]:

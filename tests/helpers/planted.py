@@ -70,8 +70,8 @@ def planted_pipeline(
     from bbox_sae.corpus.ingest import ingest
     from bbox_sae.embedding.stage import run_embed
     from bbox_sae.features import run_features
-    from bbox_sae.scoring.stage import run_score
     from bbox_sae.train.sae import run_train
+    from helpers.stages import score
 
     project = make_project(
         tmp_path,
@@ -111,7 +111,7 @@ def planted_pipeline(
     planted = planted != 0
     for name, lp in (("A", lp_a), ("B", lp_b)):
         pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), project.logprob_file(name))
-    run_score(cfg)
+    score(cfg)
     run_embed(cfg)
     run_build(cfg)
     run_train(cfg)

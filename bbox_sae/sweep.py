@@ -17,8 +17,11 @@ from pathlib import Path
 import yaml
 
 from bbox_sae.artifacts import atomic_write_text, read_table
+from bbox_sae.bookkeeping import require_current_inputs, run_aside, run_lock
 from bbox_sae.config import Config
 from bbox_sae.errors import ArtifactError, ConfigError
+from bbox_sae.manifest import Manifest
+from bbox_sae.stages import TRAIN
 from bbox_sae.train.sweep_config import Sweep, read_sweep, wandb_sweep_spec
 
 # A run is flagged when its held-out reconstruction is poor or its inference model does not fire
@@ -160,40 +163,26 @@ def _print_table(rows: list[dict], title: str) -> None:
         )
 
 
-def _recorded_sae_dirs(cfg: Config) -> set[Path]:
+def _recorded_sae_dirs(cfg: Config, manifest: Manifest) -> set[Path]:
     """The run's own SAE, as its manifest records it: a sweep must not train over it."""
-    from bbox_sae.stages import read_manifest
-
-    outputs = read_manifest(cfg.out)["stages"].get("train", {}).get("outputs", {})
-    return {(cfg.out / rel).parent.resolve() for rel in outputs}
+    record = manifest.get(TRAIN.name)
+    return {(cfg.out / rel).parent.resolve() for rel in (record.outputs if record else {})}
 
 
-def require_sweepable(sweep: Sweep) -> None:
+def require_sweepable(sweep: Sweep, manifest: Manifest) -> None:
     """Read-only: a refused sweep leaves the run exactly as it was (no config, no empty SAE dirs)."""
-    from bbox_sae.stages import BY_NAME, require_current_inputs
-
     cfg = sweep.configs[0]
     try:
-        require_current_inputs(BY_NAME["train"], cfg)
+        require_current_inputs(TRAIN, cfg, manifest)
     except ArtifactError as err:
         raise ArtifactError(f"sweep {sweep.path}: {err}, with the sweep's base config {sweep.base}") from None
-    own = _recorded_sae_dirs(cfg)
+    own = _recorded_sae_dirs(cfg, manifest)
     for c in sweep.configs:
         if c.sae_paths.root.resolve() in own:
             raise ConfigError(
                 f"{sweep.path}: sweep run '{c.sae.resolved_run_name()}' would train over {c.sae_paths.root}, the run's own SAE "
                 "(manifest.json); sweep a list of values (runs are named by them) or set another sae.run_name"
             )
-
-
-def _train(cfg: Config) -> dict:
-    """The train stage's own code and key (a killed sweep resumes each run from its checkpoints),
-    but not recorded: the manifest holds one train record, the run's own SAE, and a sweep run put
-    there would make the run's features, labels and report out of date."""
-    from bbox_sae.stages import BY_NAME, read_manifest, stage_key
-
-    stage = BY_NAME["train"]
-    return stage.run(cfg, stage_key(stage, cfg, read_manifest(cfg.out)))
 
 
 def _find(cfg: Config, metrics: dict) -> SweepRun:
@@ -210,25 +199,28 @@ def _find(cfg: Config, metrics: dict) -> SweepRun:
 def run_sweep(path: str | Path, overrides: list[str], output_dir: str | None, wandb_sweep_yaml: str | None = None, features: bool = False) -> list[dict]:
     """Train every combination on the run's current build; with features (`--features` or the sweep
     file's `features: true`) also find what each SAE finds."""
-    from bbox_sae.config.feasibility import check_memory
-    from bbox_sae.pipeline import run_lock
+    from bbox_sae.feasibility import check_memory
     from bbox_sae.tracking import wandb_run
 
     sweep = read_sweep(path, overrides, output_dir)
     features = features or sweep.features
     for cfg in sweep.configs:
         check_memory(cfg, trains=True, extracts=features)
-    require_sweepable(sweep)
+    require_sweepable(sweep, Manifest.read(sweep.configs[0].out))
     if wandb_sweep_yaml:
         atomic_write_text(wandb_sweep_yaml, yaml.safe_dump(wandb_sweep_spec(sweep), sort_keys=False))
     group = f"sweep-{sweep.path.stem}"
     paths = sweep.configs[0].paths
     results = []
     with run_lock(sweep.configs[0].out):
-        require_sweepable(sweep)  # again, now that no other command can change the build
+        manifest = Manifest.read(sweep.configs[0].out)
+        require_sweepable(sweep, manifest)  # again, now that no other command can change the build
         for cfg in sweep.configs:
             in_group = cfg.model_copy(update={"wandb": cfg.wandb.model_copy(update={"group": group})})
-            metrics = _train(in_group)
+            # The train stage's code and key (a killed sweep resumes each run from its checkpoints),
+            # but not recorded: the manifest holds one train record, the run's own SAE, and a sweep
+            # run put there would make the run's features, labels and report out of date.
+            metrics = run_aside(TRAIN, in_group, manifest)
             results.append(_find(in_group, metrics) if features else SweepRun(cfg, metrics))
         rows = summary_rows(results)
         _write_csv(rows, paths.sweep_summary_csv)
