@@ -7,9 +7,29 @@ the model names and name those columns with `layout.logprob_column`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+
 import pyarrow as pa
 
 from bbox_sae.layout import logprob_column
+
+
+def column(arrow_type: pa.DataType):
+    """A field of a record that is a column of its table, of `arrow_type` (null where not given)."""
+    return field(default=None, metadata={"arrow": arrow_type})
+
+
+def record_schema(record: type) -> pa.Schema:
+    """The table of `record`s: one column per field, in the fields' order."""
+    return pa.schema([(f.name, f.metadata["arrow"]) for f in fields(record)])
+
+
+def records_table(rows: Sequence, record: type) -> pa.Table:
+    """The table of `rows`, each a `record` or a mapping of its fields: a field the record does not
+    have is an error, not a column quietly left out."""
+    return pa.Table.from_pylist([asdict(r) if isinstance(r, record) else asdict(record(**r)) for r in rows], schema=record_schema(record))
+
 
 # documents.parquet
 DOCUMENTS_SCHEMA = pa.schema(
@@ -76,71 +96,113 @@ def contexts_schema(models: list[str]) -> pa.Schema:
 # logprobs/<model>/ (sharded), and a `source: parquet` model's file
 LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), ("logprob", pa.float64())])
 
-# features.parquet: one row per (latent, pair)
-FEATURE_SCHEMA = pa.schema(
-    [
-        ("latent", pa.int32()),
-        ("model_a", pa.string()),
-        ("model_b", pa.string()),
-        ("n_top", pa.int32()),
-        ("density", pa.float64()),
-        ("max_activation", pa.float64()),
-        ("median_dlogp", pa.float64()),
-        ("mean_dlogp", pa.float64()),
-        ("median_dp", pa.float64()),
-        ("ci_low", pa.float64()),
-        ("ci_high", pa.float64()),
-        ("consistency", pa.float64()),
-        ("p_value", pa.float64()),
-        ("q_value", pa.float64()),
-        ("coherence", pa.float64()),
-        ("holdout_n", pa.int32()),
-        ("holdout_median_dlogp", pa.float64()),
-        ("holdout_mean_dlogp", pa.float64()),
-        ("holdout_median_dp", pa.float64()),
-        ("holdout_ci_low", pa.float64()),
-        ("holdout_ci_high", pa.float64()),
-        ("holdout_p_value", pa.float64()),
-        ("generalizes", pa.bool_()),
-        ("paper_rule", pa.bool_()),
-        ("passes_delta", pa.bool_()),
-        ("rule", pa.string()),
-        ("rule_json", pa.string()),
-        ("rule_precision", pa.float64()),
-        ("rule_recall", pa.float64()),
-        ("rule_f1", pa.float64()),
-        ("kept", pa.bool_()),
-        ("finding", pa.int32()),
-        ("findings", pa.string()),
-        ("better_model", pa.string()),
-        ("top_words", pa.string()),
-        ("source", pa.string()),
-    ]
-)
+@dataclass(frozen=True)
+class FeatureRecord:
+    """features.parquet: one row per (latent, pair)."""
 
-# rules.parquet: one row per tested candidate finding, a rule or a latent's word set (`kind`)
-TESTED_RULE_SCHEMA = pa.schema(
-    [
-        ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()), ("kind", pa.string()), ("rule", pa.string()),
-        ("rule_json", pa.string()), ("statement", pa.string()), ("latents", pa.string()), ("proposer", pa.string()), ("n_train", pa.int32()), ("median_dlogp", pa.float64()),
-        ("holdout_n", pa.int32()), ("holdout_median_dlogp", pa.float64()), ("holdout_median_dp", pa.float64()),
-        ("holdout_p_value", pa.float64()), ("q_value", pa.float64()), ("passed", pa.bool_()),
-    ]
-)
+    latent: int | None = column(pa.int32())
+    model_a: str | None = column(pa.string())
+    model_b: str | None = column(pa.string())
+    n_top: int | None = column(pa.int32())
+    density: float | None = column(pa.float64())
+    max_activation: float | None = column(pa.float64())
+    median_dlogp: float | None = column(pa.float64())
+    mean_dlogp: float | None = column(pa.float64())
+    median_dp: float | None = column(pa.float64())
+    ci_low: float | None = column(pa.float64())
+    ci_high: float | None = column(pa.float64())
+    consistency: float | None = column(pa.float64())
+    p_value: float | None = column(pa.float64())
+    q_value: float | None = column(pa.float64())
+    coherence: float | None = column(pa.float64())
+    holdout_n: int | None = column(pa.int32())
+    holdout_median_dlogp: float | None = column(pa.float64())
+    holdout_mean_dlogp: float | None = column(pa.float64())
+    holdout_median_dp: float | None = column(pa.float64())
+    holdout_ci_low: float | None = column(pa.float64())
+    holdout_ci_high: float | None = column(pa.float64())
+    holdout_p_value: float | None = column(pa.float64())
+    generalizes: bool | None = column(pa.bool_())
+    paper_rule: bool | None = column(pa.bool_())
+    passes_delta: bool | None = column(pa.bool_())
+    rule: str | None = column(pa.string())
+    rule_json: str | None = column(pa.string())
+    rule_precision: float | None = column(pa.float64())
+    rule_recall: float | None = column(pa.float64())
+    rule_f1: float | None = column(pa.float64())
+    kept: bool | None = column(pa.bool_())
+    finding: int | None = column(pa.int32())
+    findings: str | None = column(pa.string())
+    better_model: str | None = column(pa.string())
+    top_words: str | None = column(pa.string())
+    source: str | None = column(pa.string())
 
-# findings.parquet: one row per finding
-FINDING_SCHEMA = pa.schema(
-    [
-        ("finding", pa.int32()), ("model_a", pa.string()), ("model_b", pa.string()), ("better_model", pa.string()),
-        ("latents", pa.string()), ("n_latents", pa.int32()), ("proposer", pa.string()), ("n_units", pa.int32()), ("q_value", pa.float64()), ("n_top", pa.int32()), ("holdout_n", pa.int32()),
-        ("median_dlogp", pa.float64()), ("mean_dlogp", pa.float64()), ("median_dp", pa.float64()),
-        ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("consistency", pa.float64()),
-        ("holdout_median_dlogp", pa.float64()), ("holdout_ci_low", pa.float64()), ("holdout_ci_high", pa.float64()),
-        ("holdout_p_value", pa.float64()), ("rule", pa.string()), ("rule_json", pa.string()),
-        ("rule_precision", pa.float64()), ("rule_recall", pa.float64()), ("rule_f1", pa.float64()), ("top_words", pa.string()),
-        ("kind", pa.string()), ("statement", pa.string()), ("word_set_json", pa.string()), ("single_rule", pa.bool_()),
-    ]
-)
+
+FEATURE_SCHEMA = record_schema(FeatureRecord)
+
+@dataclass(frozen=True)
+class TestedRuleRecord:
+    """rules.parquet: one row per tested candidate finding, a rule or a latent's word set (`kind`)."""
+
+    model_a: str | None = column(pa.string())
+    model_b: str | None = column(pa.string())
+    better_model: str | None = column(pa.string())
+    kind: str | None = column(pa.string())
+    rule: str | None = column(pa.string())
+    rule_json: str | None = column(pa.string())
+    statement: str | None = column(pa.string())
+    latents: str | None = column(pa.string())
+    proposer: str | None = column(pa.string())
+    n_train: int | None = column(pa.int32())
+    median_dlogp: float | None = column(pa.float64())
+    holdout_n: int | None = column(pa.int32())
+    holdout_median_dlogp: float | None = column(pa.float64())
+    holdout_median_dp: float | None = column(pa.float64())
+    holdout_p_value: float | None = column(pa.float64())
+    q_value: float | None = column(pa.float64())
+    passed: bool | None = column(pa.bool_())
+
+
+TESTED_RULE_SCHEMA = record_schema(TestedRuleRecord)
+
+@dataclass(frozen=True)
+class FindingRecord:
+    """findings.parquet: one row per finding."""
+
+    finding: int | None = column(pa.int32())
+    model_a: str | None = column(pa.string())
+    model_b: str | None = column(pa.string())
+    better_model: str | None = column(pa.string())
+    latents: str | None = column(pa.string())
+    n_latents: int | None = column(pa.int32())
+    proposer: str | None = column(pa.string())
+    n_units: int | None = column(pa.int32())
+    q_value: float | None = column(pa.float64())
+    n_top: int | None = column(pa.int32())
+    holdout_n: int | None = column(pa.int32())
+    median_dlogp: float | None = column(pa.float64())
+    mean_dlogp: float | None = column(pa.float64())
+    median_dp: float | None = column(pa.float64())
+    ci_low: float | None = column(pa.float64())
+    ci_high: float | None = column(pa.float64())
+    consistency: float | None = column(pa.float64())
+    holdout_median_dlogp: float | None = column(pa.float64())
+    holdout_ci_low: float | None = column(pa.float64())
+    holdout_ci_high: float | None = column(pa.float64())
+    holdout_p_value: float | None = column(pa.float64())
+    rule: str | None = column(pa.string())
+    rule_json: str | None = column(pa.string())
+    rule_precision: float | None = column(pa.float64())
+    rule_recall: float | None = column(pa.float64())
+    rule_f1: float | None = column(pa.float64())
+    top_words: str | None = column(pa.string())
+    kind: str | None = column(pa.string())
+    statement: str | None = column(pa.string())
+    word_set_json: str | None = column(pa.string())
+    single_rule: bool | None = column(pa.bool_())
+
+
+FINDING_SCHEMA = record_schema(FindingRecord)
 
 # finding_words.parquet: one row per (finding, word it covers)
 FINDING_WORDS_SCHEMA = pa.schema(

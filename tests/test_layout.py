@@ -201,3 +201,18 @@ def test_label_negatives_conform_to_the_contexts_schema(features_run):
     assert set(negatives["split"].to_pylist()) == {"negative"}
     expected = contexts_schema([m.name for m in features_run.models])
     assert negatives.schema.remove_metadata().equals(expected), f"{negatives.schema} != {expected}"
+
+
+def test_records_spell_the_columns_of_their_tables_once():
+    """features, findings and rules tables are built from records whose fields are their columns: a
+    row that names a column the table does not have is refused, not left out without a word."""
+    from dataclasses import fields
+
+    from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, TESTED_RULE_SCHEMA, FeatureRecord, FindingRecord, TestedRuleRecord, records_table
+
+    for record, schema in ((FeatureRecord, FEATURE_SCHEMA), (FindingRecord, FINDING_SCHEMA), (TestedRuleRecord, TESTED_RULE_SCHEMA)):
+        assert [f.name for f in fields(record)] == schema.names
+    table = records_table([TestedRuleRecord(model_a="a", passed=True), {"model_a": "b", "q_value": 0.5}], TestedRuleRecord)
+    assert table.schema == TESTED_RULE_SCHEMA and table["model_a"].to_pylist() == ["a", "b"] and table["passed"].to_pylist() == [True, None]
+    with pytest.raises(TypeError, match="better_modle"):
+        records_table([{"model_a": "a", "better_modle": "a"}], TestedRuleRecord)

@@ -17,6 +17,7 @@ from bbox_sae.features.rule_search import search_rules
 from bbox_sae.features.rules import Rule, RuleFit, any_mask, rules_to_json
 from bbox_sae.features.significance import bh_qvalues, bootstrap_median_ci, wilcoxon_p
 from bbox_sae.features.word_sets import WordSet
+from bbox_sae.schemas import TestedRuleRecord
 
 
 @dataclass
@@ -190,27 +191,26 @@ def one_family(tested: Sequence[Tested], lp_by_row: dict[str, np.ndarray], fcfg:
     return out
 
 
-def tested_row(t: Tested) -> dict:
-    statement = t.rule.describe() if t.rule else t.word_set.describe()
-    return {
-        "model_a": t.pair[0],
-        "model_b": t.pair[1],
-        "better_model": t.pair[0] if t.sign > 0 else t.pair[1],
-        "kind": t.kind,
-        "rule": t.rule.describe() if t.rule else None,
-        "rule_json": rules_to_json([t.rule]) if t.rule else None,
-        "statement": statement,
-        "latents": ",".join(map(str, sorted(t.latents))),
-        "proposer": t.proposer,
-        "n_train": int(len(t.train_rows)),
-        "median_dlogp": t.stats["median_dlogp"],
-        "holdout_n": int(len(t.holdout_rows)),
-        "holdout_median_dlogp": t.stats["holdout_median_dlogp"],
-        "holdout_median_dp": t.stats["holdout_median_dp"],
-        "holdout_p_value": t.stats["holdout_p_value"],
-        "q_value": t.q_value,
-        "passed": t.passed,
-    }
+def tested_row(t: Tested) -> TestedRuleRecord:
+    return TestedRuleRecord(
+        model_a=t.pair[0],
+        model_b=t.pair[1],
+        better_model=t.pair[0] if t.sign > 0 else t.pair[1],
+        kind=t.kind,
+        rule=t.rule.describe() if t.rule else None,
+        rule_json=rules_to_json([t.rule]) if t.rule else None,
+        statement=t.rule.describe() if t.rule else t.word_set.describe(),
+        latents=",".join(map(str, sorted(t.latents))),
+        proposer=t.proposer,
+        n_train=int(len(t.train_rows)),
+        median_dlogp=t.stats["median_dlogp"],
+        holdout_n=int(len(t.holdout_rows)),
+        holdout_median_dlogp=t.stats["holdout_median_dlogp"],
+        holdout_median_dp=t.stats["holdout_median_dp"],
+        holdout_p_value=t.stats["holdout_p_value"],
+        q_value=t.q_value,
+        passed=t.passed,
+    )
 
 
 def propose_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> tuple[list[Tested], dict[int, RuleFit]]:

@@ -18,6 +18,7 @@ from bbox_sae.features.activations import Firing, TopActivations, top_words
 from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import LatentRule, group_latents, mine_rule, top_forms
 from bbox_sae.features.rules import WordAttributes, rules_to_json
+from bbox_sae.schemas import TestedRuleRecord
 
 # The version of how findings are found and grouped, part of the features stage's key: bump it when
 # this code (or that of tested_findings, latent_sets, rules) changes what it writes for the same
@@ -68,7 +69,7 @@ class FindingTables:
 
     features: list[dict]
     findings: list[dict]
-    tested_rules: list[dict]
+    tested_rules: list[TestedRuleRecord]
     finding_words: list[tuple[int, str, np.ndarray]]
     baseline: pa.Table | None = None  # `test: rule`: the rule search's distinct differences (`features.baseline`)
 

@@ -19,7 +19,7 @@ from bbox_sae.features.grouping import FindingInputs, top_tested_findings
 from bbox_sae.features.source import FeatureSource, Matrix, feature_source
 from bbox_sae.features.tested_findings import rule_tested_findings
 from bbox_sae.layout import RunLayout, logprob_column
-from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
+from bbox_sae.schemas import FEATURE_SCHEMA, FINDING_SCHEMA, FINDING_WORDS_SCHEMA, FeatureRecord, FindingRecord, TestedRuleRecord, records_table
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
     )
     found = (rule_tested_findings if fcfg.test == "rule" else top_tested_findings)(feats, inputs)
     return Tables(
-        features=pa.Table.from_pylist(found.features, schema=FEATURE_SCHEMA) if found.features else FEATURE_SCHEMA.empty_table(),
-        findings=pa.Table.from_pylist(found.findings, schema=FINDING_SCHEMA) if found.findings else FINDING_SCHEMA.empty_table(),
-        tested_rules=pa.Table.from_pylist(found.tested_rules, schema=TESTED_RULE_SCHEMA),
+        features=records_table(found.features, FeatureRecord) if found.features else FEATURE_SCHEMA.empty_table(),
+        findings=records_table(found.findings, FindingRecord) if found.findings else FINDING_SCHEMA.empty_table(),
+        tested_rules=records_table(found.tested_rules, TestedRuleRecord),
         finding_words=finding_words_table(found.finding_words, m.index),
         baseline=found.baseline if found.baseline is not None else BASELINE_SCHEMA.empty_table(),
     )
