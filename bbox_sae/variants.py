@@ -24,7 +24,10 @@ BASELINES = ("random", "kmeans")
 
 
 def _link(source: Path, target: Path) -> None:
+    """`target` a link to `source`; a link to anything else (a copied run's, to the original's files) is replaced."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() and target.resolve() != source.resolve():
+        target.unlink()
     if not target.exists():
         os.symlink(source.resolve(), target)
 

@@ -190,3 +190,17 @@ def test_stage_modules_hold_their_code_versions():
     assert BY_NAME["features"].version() == {"findings": FINDINGS_VERSION}
     assert BY_NAME["label"].version() == {"offline_labeler": OFFLINE_LABELER_VERSION}
     assert PRECISION_VERSION >= 3
+
+
+def test_a_variant_links_to_its_parent_even_in_a_copied_run(tmp_path):
+    """A copied evaluation's null seeds linked to the original's scores: stale there, so they were
+    scored again, into the original run's folder."""
+    from bbox_sae.variants import _link
+
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    for root in (original, copy):
+        (root / "logprobs").mkdir(parents=True)
+    target = tmp_path / "variant" / "logprobs"
+    _link(original / "logprobs", target)
+    _link(copy / "logprobs", target)
+    assert target.resolve() == (copy / "logprobs").resolve()
