@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from bbox_sae.bookkeeping import Option, Stage, execute, require_current_inputs
+from bbox_sae.bookkeeping import Option, Stage, execute, require_current_inputs, staleness
 from bbox_sae.config import Config, key_settings
 from bbox_sae.manifest import Manifest
 
@@ -235,8 +235,11 @@ BY_NAME = {s.name: s for s in STAGES}
 
 
 def run_command(stage: Stage, cfg: Config, manifest: Manifest, **options) -> dict | None:
-    """`bbox <stage>`: the stage alone, on inputs that must be current (after the stages it runs first)."""
+    """`bbox <stage>`: the stage alone, on inputs that must be current, after the stages it runs first
+    where those are not (shard workers start together: each redoing the ingest would pull the
+    documents from under the others)."""
     for first in stage.runs_first:
-        execute(first, cfg, manifest)
+        if staleness(first, cfg, manifest) is not None:
+            execute(first, cfg, manifest)
     require_current_inputs(stage, cfg, manifest)
     return execute(stage, cfg, manifest, **options)

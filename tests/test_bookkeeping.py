@@ -204,3 +204,17 @@ def test_a_variant_links_to_its_parent_even_in_a_copied_run(tmp_path):
     _link(original / "logprobs", target)
     _link(copy / "logprobs", target)
     assert target.resolve() == (copy / "logprobs").resolve()
+
+
+def test_a_shard_worker_does_not_ingest_again_what_is_current(tmp_path, capsys):
+    """Workers of a Slurm array start together: one that ingested again would pull documents.parquet
+    from under the others (ingest withdraws it first)."""
+    project = make_project(tmp_path, **SMALL_RUN)
+    assert bbox(capsys, "run", "-c", str(project.config), "--until", "ingest")[0] == 0
+    before = project.paths.documents.stat().st_mtime_ns
+    for shard in ("0/2", "1/2"):
+        code, err = bbox(capsys, "score", "-c", str(project.config), "--shard", shard)
+        assert code == 0, err
+    assert project.paths.documents.stat().st_mtime_ns == before
+    assert bbox(capsys, "merge", "-c", str(project.config))[0] == 0
+    assert Manifest.read(project.out).get("score").result == {"merged": True}

@@ -16,6 +16,7 @@ from bbox_sae.bookkeeping import execute
 from bbox_sae.config import Config
 from bbox_sae.manifest import Manifest
 from bbox_sae.stages import EMBED, INGEST, SCORE
+from bbox_sae.variants import extract
 
 
 def reading_b_from(cfg: Config, path: Path) -> Config:
@@ -32,9 +33,9 @@ def score_model_a(cfg: Config, manifest: Manifest) -> tuple[pa.Table, np.ndarray
     """Ingest, every model's log-probs but B's (scored once, then cached) and the embeddings; returns
     the words and model A's log-probs. B's file is planted from A's log-probs, so the score stage
     runs here for the other models only, a partial run that records nothing; `plant` finishes it."""
-    execute(INGEST, cfg, manifest)
+    extract(cfg, manifest, (INGEST,))
     execute(SCORE, cfg, manifest, models=models_but_b(cfg))
-    execute(EMBED, cfg, manifest)
+    extract(cfg, manifest, (EMBED,))
     words = read_table(cfg.paths.words)
     lp_a = read_table(cfg.paths.logprobs(cfg.compare[0][0]))["logprob"].to_numpy(zero_copy_only=False)
     return words, np.nan_to_num(lp_a, nan=-30.0)
