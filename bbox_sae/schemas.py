@@ -190,6 +190,7 @@ class FindingRecord:
     holdout_ci_low: float | None = column(pa.float64())
     holdout_ci_high: float | None = column(pa.float64())
     holdout_p_value: float | None = column(pa.float64())
+    holdout_docs: int | None = column(pa.int32())  # the documents its held-out words span
     rule: str | None = column(pa.string())
     rule_json: str | None = column(pa.string())
     rule_precision: float | None = column(pa.float64())
@@ -200,6 +201,9 @@ class FindingRecord:
     statement: str | None = column(pa.string())
     word_set_json: str | None = column(pa.string())
     single_rule: bool | None = column(pa.bool_())
+    # What the finding rests on beyond the models (`features.evidence.ARTIFACTS`): a document's
+    # start, whitespace or markup; null when its words are ordinary text.
+    artifact: str | None = column(pa.string())
 
 
 FINDING_SCHEMA = record_schema(FindingRecord)

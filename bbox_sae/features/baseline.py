@@ -45,10 +45,10 @@ def searched_candidates(tested: Sequence[Tested], attrs: WordAttributes, rows_by
     return out
 
 
-def baseline_differences(searched: Sequence[Tested], lp_by_row, fcfg: FeaturesConfig, seed: int) -> list[dict]:
+def baseline_differences(searched: Sequence[Tested], lp_by_row, fcfg: FeaturesConfig, seed: int, doc_by_row: np.ndarray | None = None) -> list[dict]:
     """The distinct differences the search confirms in its own BH family, each with its held-out
     words (`rows`), largest first."""
-    outcome = one_family(searched, lp_by_row, fcfg, seed)
+    outcome = one_family(searched, lp_by_row, fcfg, seed, doc_by_row)
     passed = [t for t, (_, ok) in zip(searched, outcome) if ok]
     q_of = {id(t): q for t, (q, _) in zip(searched, outcome)}
     out = []

@@ -17,14 +17,18 @@ from bbox_sae.features.significance import bh_qvalues, coherence, delta_stats, g
 from bbox_sae.layout import logprob_column
 
 
-def pair_stats(rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, n_boot: int, seed: int) -> dict:
-    """Δ statistics on the train top words (selection, shown) and on the holdout top words (the test)."""
+def pair_stats(
+    rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, n_boot: int, seed: int, doc_by_row: np.ndarray | None = None
+) -> dict:
+    """Δ statistics on the train top words (selection, shown) and on the holdout top words (the test);
+    with `doc_by_row`, the held-out CI resamples documents (`significance.bootstrap_median_ci`) and
+    `holdout_docs` counts the documents the held-out words span."""
     d = lp_a[rows] - lp_b[rows]
     dp = np.exp(lp_a[rows]) - np.exp(lp_b[rows])
     stats = delta_stats(d, dp, n_boot, seed)
     hd = lp_a[holdout_rows] - lp_b[holdout_rows]
     hdp = np.exp(lp_a[holdout_rows]) - np.exp(lp_b[holdout_rows])
-    held = delta_stats(hd, hdp, n_boot, seed + 1)
+    held = delta_stats(hd, hdp, n_boot, seed + 1, groups=None if doc_by_row is None else doc_by_row[holdout_rows])
     return {
         **stats,
         "holdout_median_dlogp": held["median_dlogp"],
@@ -34,6 +38,7 @@ def pair_stats(rows: np.ndarray, holdout_rows: np.ndarray, lp_a: np.ndarray, lp_
         "holdout_ci_high": held["ci_high"],
         "holdout_p_value": held["p_value"],
         "generalizes": generalizes(stats["median_dlogp"], held["median_dlogp"]),
+        **({} if doc_by_row is None else {"holdout_docs": int(len(np.unique(doc_by_row[holdout_rows])))}),
     }
 
 

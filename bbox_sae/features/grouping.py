@@ -60,6 +60,8 @@ class FindingInputs:
     fcfg: FeaturesConfig
     seed: int
     pairs: tuple[tuple[str, str], ...] = ()  # the compared pairs (`compare`): the rule search runs per pair
+    # Each row's document (codes): a finding's interval resamples documents and counts the ones it spans.
+    doc_by_row: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,12 @@ class FindingTables:
 # A finding's Δ statistics, on its train words (shown) and held out (the test).
 FINDING_STATS = (
     "median_dlogp", "mean_dlogp", "median_dp", "ci_low", "ci_high", "consistency",
-    "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value",
+    "holdout_median_dlogp", "holdout_ci_low", "holdout_ci_high", "holdout_p_value", "holdout_docs",
 )  # fmt: skip
 
 
 def finding_stats(stats: dict) -> dict:
-    return {k: stats[k] for k in FINDING_STATS}
+    return {k: stats.get(k) for k in FINDING_STATS}
 
 
 def number_by_effect(
@@ -135,7 +137,7 @@ def top_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Finding
         train_rows = np.unique(np.concatenate([top_words(top, "train", m) for m in latents]))
         holdout_rows = np.unique(np.concatenate([top_words(top, "holdout", m) for m in latents]))
         a, b = members[0]["model_a"], members[0]["model_b"]
-        stats = pair_stats(train_rows, holdout_rows, inputs.lp_by_row[a], inputs.lp_by_row[b], fcfg.bootstrap_samples, inputs.seed)
+        stats = pair_stats(train_rows, holdout_rows, inputs.lp_by_row[a], inputs.lp_by_row[b], fcfg.bootstrap_samples, inputs.seed, inputs.doc_by_row)
         union_fires = fires[:, [column[m] for m in latents]].any(axis=1)
         fit = mine_rule(attrs, train_rows, holdout_rows, union_fires, rows_by_split["train"], rows_by_split["holdout"], fcfg.rule_min_share)
         fid = len(findings)

@@ -12,30 +12,37 @@ from __future__ import annotations
 
 import numpy as np
 
+from bbox_sae.features import context
 from bbox_sae.features.activations import TopActivations, top_words
 from bbox_sae.features.candidates import Tested
 from bbox_sae.features.findings import memberships
 from bbox_sae.features.rule_statements import canonical_place
 from bbox_sae.features.rules import Rule, WordAttributes
 
-# More specific first: a left word, a left class, a rare form, the text's opening words, a blank
-# line, a line start.
-SPECIFICITY = {"form": 0, "class": 1, "rare": 2, "doc_opening": 3, "after_blank": 4, "line_start": 5}
-# The context attributes that are places, each joining the units of one winner alone, as a layout
-# does: the opening of a text is a layout of the document, as a blank line is ('[' at the start and
-# '.]' among the first words: a passage that opens on a stage direction); a rare form is a place in
-# the vocabulary, which only classes can be in (a form rule needs more train words than a rare form
-# has): planted rare words came back as three findings, lower-case, capitalised and all-capitals.
-# The others hold for words all over a text and would join unrelated forms.
+# More specific first: a left word, a left class, a context attribute of the word (a rare form, a
+# repeat, inside brackets or quotes, the kind of sentence), the text's opening words, a blank line,
+# a line start.
+SPECIFICITY = {"form": 0, "class": 1, "context": 2, "doc_opening": 3, "after_blank": 4, "line_start": 5}
+# Every context attribute is a place that joins the units of one winner alone, as a layout does.
+# A planted long-range repeat came back as 45 findings, "'there' repeated from more than 30 words
+# back", "'which' ...", each a form the repeat happened to hold; the opening of a text is a layout of
+# the document, as a blank line is ('[' at the start and '.]' among the first words: a passage that
+# opens on a stage direction); a rare form is a place in the vocabulary (planted rare words came
+# back as three findings, lower-case, capitalised and all-capitals). Only a unit whose own rules name
+# the attribute has it as its place (`unit_place`), so a form that differs everywhere joins no one
+# by it. Not a complement ("in a sentence that did not begin with a wh-word"): it holds for nearly
+# every word and would join unrelated forms.
 OPENING = ("context", "doc_opening")
 RARE = ("context", "rare")
-JOINING_CONTEXTS = (OPENING, RARE)
+JOINING_CONTEXTS = tuple(("context", flag) for flag in context.FLAGS if flag not in context.COMPLEMENTS)
 # "Right after the start of the text" is the text's opening, for grouping (not for saying it).
 OPENING_LEFTS = {("class", "c:start"), ("form", "f:")}
 
 
 def _specificity(place: tuple[str, str]) -> int:
-    return SPECIFICITY[place[1]] if place[0] in ("layout", "context") else SPECIFICITY[place[0]]
+    if place[0] in ("layout", "context"):
+        return SPECIFICITY.get(place[1], SPECIFICITY["context"])
+    return SPECIFICITY[place[0]]
 
 
 # "Right after a lower-case word" is no place: it is the class of every word that is no function
@@ -53,8 +60,6 @@ def unit_place(unit: Tested, attrs: WordAttributes, share: float = 0.5) -> tuple
     if unit.word_set is not None and unit.word_set.left is not None:
         candidates.add(canonical_place(Rule("form", "f:", unit.word_set.left.left_kind, unit.word_set.left.left_value)))
     candidates = {OPENING if p in OPENING_LEFTS else p for p in candidates} | {("layout", "line_start"), ("layout", "after_blank"), OPENING}
-    # Other context attributes are no place: "'?' in a sentence that began with a wh-word" joins no
-    # other form's unit by it (most words are in a sentence that did not).
     if not len(unit.holdout_rows):
         return None
     named = [p for p in candidates if p not in (None, NO_PLACE) and (p[0] != "context" or p in JOINING_CONTEXTS)]

@@ -28,9 +28,12 @@ from bbox_sae.features.context import BEYOND_SHOWN, FLAGS, document_flags, rare_
 from bbox_sae.features.context import PHRASES as CONTEXT_PHRASES
 
 # English function-word classes, used only to phrase left-context rules ("after an auxiliary").
+# Only forms that are what the class says wherever they stand: "'d" is a past tense as often as
+# 'would' ("carv'd out", "pluck'd out" were "after an auxiliary verb" on the demo), "'s" a
+# possessive or 'us', 'need' a noun.
 AUXILIARIES = frozenset(
     "am is are was were be been being have has had having do does did can could will would shall should may might must "
-    "dare need 'll 'd 's 're 've art wast wert hast hath dost doth didst canst couldst wilt wouldst shalt shouldst mayst".split()
+    "dare 'll 're 've art wast wert hast hath dost doth didst canst couldst wilt wouldst shalt shouldst mayst".split()
 )
 DETERMINERS = frozenset("the a an this that these those my your his her its our their thy thine no every each some any".split())
 PREPOSITIONS = frozenset("of in on at to for with by from into upon about over under through between against without within".split())
@@ -43,6 +46,9 @@ FUNCTION_CLASSES = (
     ("pronoun", PRONOUNS),
     ("conjunction", CONJUNCTIONS),
 )
+# A left class of named members, as the vocabulary spells it: a rule after one can be said by the
+# members that carry its difference (`findings.narrower_left_forms`).
+LISTED_LEFT_CLASSES = frozenset("c:" + name for name, _ in FUNCTION_CLASSES)
 
 CLASS_PHRASES = {
     "newline": "a line break",

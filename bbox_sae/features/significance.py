@@ -56,10 +56,12 @@ def sign_consistency(dlogp: np.ndarray) -> float:
 BOOTSTRAP_MAX_N = 4000
 
 
-def bootstrap_median_ci(x: np.ndarray, n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_median_ci(x: np.ndarray, n_boot: int, seed: int, level: float = 0.95, groups: np.ndarray | None = None) -> tuple[float, float]:
     """Percentile bootstrap CI of the median. Past `BOOTSTRAP_MAX_N` values (a rule tested on every
     word it matches can cover thousands) it resamples a random subset of that size: the interval
-    comes out a little wider than the full sample's, never narrower."""
+    comes out a little wider than the full sample's, never narrower. With `groups` (a document id
+    per value) it resamples whole groups: words of one document are not independent, and a
+    difference that ten words of one passage carry is one passage's evidence, not ten."""
     # Not scipy.stats.bootstrap: for the same seed it draws the same resamples, but its percentile
     # step differs in the last bit in 20 of 300 measured cases (findings must stay byte-identical),
     # it refuses a single value, and it was no faster (0.10 s vs 0.12 s for 4000 values x 1000).
@@ -67,10 +69,28 @@ def bootstrap_median_ci(x: np.ndarray, n_boot: int, seed: int, level: float = 0.
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     if len(x) > BOOTSTRAP_MAX_N:
-        x = rng.choice(x, size=BOOTSTRAP_MAX_N, replace=False)
-    medians = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+        keep = rng.choice(len(x), size=BOOTSTRAP_MAX_N, replace=False)
+        x, groups = x[keep], (None if groups is None else groups[keep])
+    if groups is None:
+        medians = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+    else:
+        medians = grouped_bootstrap_medians(x, groups, n_boot, rng)
     alpha = (1 - level) / 2
     return float(np.quantile(medians, alpha)), float(np.quantile(medians, 1 - alpha))
+
+
+def grouped_bootstrap_medians(x: np.ndarray, groups: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of `n_boot` resamples that draw whole groups with replacement: each draw weighs a
+    value by how often its group was drawn, and the median is the weighted one (the lower middle
+    value), read off one cumulative sum per resample."""
+    _, group_of = np.unique(groups, return_inverse=True)
+    n_groups = int(group_of.max()) + 1
+    drawn = rng.integers(0, n_groups, size=(n_boot, n_groups))
+    counts = np.bincount((drawn + n_groups * np.arange(n_boot)[:, None]).ravel(), minlength=n_boot * n_groups).reshape(n_boot, n_groups)
+    order = np.argsort(x, kind="stable")
+    weights = np.cumsum(counts[:, group_of[order]], axis=1)
+    middle = np.argmax(weights >= weights[:, -1:] / 2, axis=1)
+    return x[order][middle]
 
 
 # scipy's `wilcoxon` (method "auto") tests a sample of at most this many values that has zeros or
@@ -106,11 +126,11 @@ def wilcoxon_p(x: np.ndarray) -> float:
     return float(sps.wilcoxon(x, zero_method="wilcox", alternative="two-sided").pvalue)
 
 
-def delta_stats(dlogp: np.ndarray, dp: np.ndarray, n_boot: int, seed: int) -> dict:
+def delta_stats(dlogp: np.ndarray, dp: np.ndarray, n_boot: int, seed: int, groups: np.ndarray | None = None) -> dict:
     if len(dlogp) == 0:
         nan = float("nan")
         return dict(median_dlogp=nan, mean_dlogp=nan, median_dp=nan, ci_low=nan, ci_high=nan, consistency=0.0, p_value=nan)
-    lo, hi = bootstrap_median_ci(dlogp, n_boot, seed)
+    lo, hi = bootstrap_median_ci(dlogp, n_boot, seed, groups=groups)
     return dict(
         median_dlogp=float(np.median(dlogp)),
         mean_dlogp=float(np.mean(dlogp)),

@@ -14,6 +14,7 @@ from bbox_sae.features.activations import TopActivations, top_activations, top_r
 from bbox_sae.features.baseline import BASELINE_SCHEMA
 from bbox_sae.features.contexts import contexts_table
 from bbox_sae.features.domains import domain_stats
+from bbox_sae.features.evidence import counted_once, first_of_identical_contexts
 from bbox_sae.features.feature_table import apply_filters, corpus_stats, feature_rows, print_summary
 from bbox_sae.features.grouping import FindingInputs, top_tested_findings
 from bbox_sae.features.source import FeatureSource, Matrix, feature_source
@@ -41,13 +42,16 @@ def _find(cfg: Config, src: FeatureSource, top: TopActivations) -> Tables:
         return np.asarray(m.values[np.sort(r), :d_emb], dtype=np.float64)
 
     pairs = [tuple(p) for p in cfg.compare]
+    rows_by_split = counted_once(m.rows_by_split, first_of_identical_contexts(src.attrs, lp_by_row))
+    _, doc_by_row = np.unique(m.index["doc_id"].to_numpy(zero_copy_only=False), return_inverse=True)
     feats = apply_filters(feature_rows(top, lp_by_row, src.words_of_row, embedding_of, pairs, fcfg, cfg.seed, src.name), fcfg)
     inputs = FindingInputs(
         top=top,
         fires_of=src.fires,
         attrs=src.attrs,
-        rows_by_split=m.rows_by_split,
+        rows_by_split=rows_by_split,
         lp_by_row=lp_by_row,
+        doc_by_row=doc_by_row,
         words_by_row=src.words_of_row,
         context=m.values[:, :d_emb],
         fcfg=fcfg,

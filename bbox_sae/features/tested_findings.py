@@ -18,6 +18,7 @@ from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.activations import top_words
 from bbox_sae.features.baseline import baseline_differences, baseline_table, searched_candidates, single_rule_states
 from bbox_sae.features.candidates import Tested, propose_candidates, proposer_text, test_candidates, tested_row
+from bbox_sae.features.evidence import artifact_of
 from bbox_sae.features.feature_table import pair_stats
 from bbox_sae.features.findings import (
     LatentRule,
@@ -25,6 +26,7 @@ from bbox_sae.features.findings import (
     adds_the_difference,
     expresses,
     in_sorted,
+    narrower_left_forms,
     nested_groups,
     rule_units,
     shared_count,
@@ -34,17 +36,32 @@ from bbox_sae.features.findings import (
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.places import JOINING_CONTEXTS, carrying_latents, unit_place
 from bbox_sae.features.rule_statements import describe_rules
-from bbox_sae.features.rules import RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import WordSet, describe_words_covered
 from bbox_sae.schemas import latent_ids
 
 
-def _rule_units(kept: list[Tested], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[Tested]:
+def _rule_units(kept: list[Tested], attrs: WordAttributes, lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[Tested]:
     """Kept rules whose words nest (one inside another) are one unit, said by its head
     (`findings.group_head`: the broadest rule that adds no words where nothing differs), with
     every member's proposers; rules a chain of nesting brought in but the head does not hold form
     units of their own (`findings.headed_groups`)."""
-    return [_unit(kept, g, kept[h]) for g, h in rule_units(kept, lp_by_row, fcfg.finding_overlap)]
+    units = [_unit(kept, g, kept[h]) for g, h in rule_units(kept, lp_by_row, fcfg.finding_overlap)]
+    for u in units:
+        _narrow(u, attrs, lp_by_row)
+    return units
+
+
+def _narrow(unit: Tested, attrs: WordAttributes, lp_by_row: dict[str, np.ndarray]) -> None:
+    """A unit whose head says "right after <a class>" where only some of the class's words carry
+    the difference keeps those words only, said by one rule per carrying left form."""
+    forms = narrower_left_forms(unit.rule, attrs, unit.train_rows, lp_by_row[unit.pair[0]], lp_by_row[unit.pair[1]], unit.sign)
+    if forms is None:
+        return
+    rules = tuple(Rule(unit.rule.word_kind, unit.rule.word_value, "form", f) for f in forms)
+    unit.train_rows = unit.train_rows[any_mask(list(rules), attrs, unit.train_rows)]
+    unit.holdout_rows = unit.holdout_rows[any_mask(list(rules), attrs, unit.holdout_rows)]
+    unit.said_by = unit.members = rules
 
 
 def _unit(kept: list[Tested], g: list[int], head: Tested) -> Tested:
@@ -188,7 +205,7 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
         return fit_rule(t.rule, inputs.attrs, member_top, union_fires, inputs.rows_by_split["holdout"]).f1 >= fcfg.min_rule_f1
 
     kept = [t for t in tested if t.passed and coherent(t)]
-    units = _rule_units([t for t in kept if t.kind == "rule"], inputs.lp_by_row, fcfg)
+    units = _rule_units([t for t in kept if t.kind == "rule"], inputs.attrs, inputs.lp_by_row, fcfg)
     for u, carriers in zip(units, carrying_latents(units, top, sorted(column), fcfg.rule_min_share)):
         u.carriers = [m for m in carriers if m not in u.latents]
         u.place = unit_place(u, inputs.attrs)
@@ -212,16 +229,19 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     fires = inputs.fires_of(proposers)
     column = {latent: j for j, latent in enumerate(proposers)}
     tested, first_rule = propose_candidates(feats, inputs, fires, column)
-    test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed)
+    test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed, inputs.doc_by_row)
     units = _kept_units(tested, inputs, fires, column)
     groups = finding_groups(units, fcfg.finding_overlap)
     words_of = [finding_rows([units[i] for i in g], inputs.lp_by_row, fcfg.finding_overlap) for g in groups]
-    findings = [dict(_finding_row(g, units, rows, inputs, fires, column), finding=i) for i, (g, rows) in enumerate(zip(groups, words_of))]
-    finding_words = [(i, split, rows[split]) for i, rows in enumerate(words_of) for split in ("train", "holdout")]
+    own = own_differences(words_of, [units[g[0]].key for g in groups], inputs.lp_by_row)
+    made = [(_finding_row(g, units, rows, inputs, fires, column), rows) for g, rows, mine in zip(groups, words_of, own) if mine]
+    made = [(f, rows) for f, rows in made if f is not None]
+    findings = [dict(f, finding=i) for i, (f, _) in enumerate(made)]
+    finding_words = [(i, split, rows[split]) for i, (_, rows) in enumerate(made) for split in ("train", "holdout")]
     findings, finding_words, _ = number_by_effect(findings, finding_words)
     features = _mark_members(feats, findings, finding_words, inputs, fires, column, first_rule)
     searched = searched_candidates(tested, inputs.attrs, inputs.rows_by_split, inputs.lp_by_row, inputs.pairs, fcfg)
-    differences = baseline_differences(searched, inputs.lp_by_row, fcfg, inputs.seed)
+    differences = baseline_differences(searched, inputs.lp_by_row, fcfg, inputs.seed, inputs.doc_by_row)
     holdout_words = {f: rows for f, split, rows in finding_words if split == "holdout"}
     findings = [dict(f, single_rule=single_rule_states(f, differences, holdout_words)) for f in findings]
     return FindingTables(features, findings, [tested_row(t) for t in tested], finding_words, baseline_table(differences, findings, holdout_words))
@@ -260,7 +280,44 @@ def finding_rows(members: list[Tested], lp_by_row: dict[str, np.ndarray], contai
     return {"train": train, "holdout": holdout, "whole": sorted(whole)}
 
 
-def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> dict:
+# A finding sharing at least this share of its train words with a larger one of the same winner is
+# its own difference only where its other words differ too (`own_differences`).
+OWN_OVERLAP = 0.2
+
+
+def own_differences(words_of: list[dict], keys: list[tuple], lp_by_row: dict[str, np.ndarray]) -> list[bool]:
+    """Per finding (its words, its pair and sign), whether it is a difference of its own: not when a
+    part of its train words lies in a larger finding of the same pair and winner and the rest do not
+    differ on train (`findings.adds_the_difference`). Planted: "punctuation right after '3'" was half
+    the words of the finding ')' and half words where nothing differs; its difference was the other
+    finding's. Largest first, so that a finding dropped drops no other."""
+    order = sorted(range(len(words_of)), key=lambda i: -len(words_of[i]["train"]))
+    own = [True] * len(words_of)
+    for rank, i in enumerate(order):
+        mine = words_of[i]["train"]
+        for j in order[:rank]:
+            if not own[j] or keys[j] != keys[i] or not len(mine):
+                continue
+            shared = in_sorted(mine, words_of[j]["train"])
+            (a, b), sign = keys[i]
+            if shared.mean() >= OWN_OVERLAP and not adds_the_difference(mine, mine[shared], lp_by_row[a], lp_by_row[b], sign):
+                own[i] = False
+                break
+    return own
+
+
+def union_holds(stats: dict, sign: int, fcfg: FeaturesConfig) -> bool:
+    """Whether a finding's own held-out words, tested as one candidate, still show the difference:
+    the effect rule on their median and its CI (documents resampled) on the winner's side. The
+    members passed one by one; what joins them, or narrows a class to its carrying members, is
+    chosen on train and must hold on the words it ends up with."""
+    med, mdp = stats["holdout_median_dlogp"], stats["holdout_median_dp"]
+    large = abs(med) > fcfg.min_abs_median_dlogp or abs(mdp) > fcfg.min_abs_median_dp
+    low, high = stats["holdout_ci_low"], stats["holdout_ci_high"]
+    return bool(large and np.sign(med) == sign and (low > 0 if sign > 0 else high < 0))
+
+
+def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> dict | None:
     attrs, top, fcfg, lp_by_row = inputs.attrs, inputs.top, inputs.fcfg, inputs.lp_by_row
     holdout = inputs.rows_by_split["holdout"]
     members = [units[i] for i in group]
@@ -272,9 +329,11 @@ def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: Find
     stating = [members[i] for i in rows["whole"]]
     proposers = sorted({m for u in members for m in u.latents})
     latents = sorted({*proposers, *(m for u in members for m in u.carriers)})
-    stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, inputs.seed)
+    stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, inputs.seed, inputs.doc_by_row)
+    if not union_holds(stats, sign, fcfg):
+        return None
     # Most held-out words first: the statement names a finding's largest members first.
-    rules = [u.rule for u in stating if u.rule is not None]
+    rules = [r for u in stating for r in u.stating_rules]
     rules.sort(key=lambda r: -int(np.count_nonzero(r.mask(attrs, holdout_rows))))
     rules = _not_said_twice(rules, attrs, holdout_rows)
     # A latent's group that a long list of one-word rules happens to cover ('disk' or 'machine' or
@@ -295,6 +354,7 @@ def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: Find
         "holdout_n": int(len(holdout_rows)),
         **finding_stats(stats),
         "top_words": top_forms(inputs.words_by_row[train_rows]),
+        "artifact": artifact_of(attrs, holdout_rows),
     }
     if by_rules:
         statement = describe_rules(rules)
