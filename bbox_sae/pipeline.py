@@ -89,7 +89,7 @@ def shown(text: str) -> str:
 
 def _final_summary(cfg: Config, console) -> None:
     _print_findings(cfg.paths, console, _SUMMARY_ROWS)
-    console.print(f"\nReport: {shown(str(cfg.paths.report_html.resolve()))}")
+    console.print(f"\nReport: {shown(str(cfg.paths.report_html.resolve()))}", soft_wrap=True)
 
 
 def print_findings(run_dir: Path, as_json: bool = False) -> None:
@@ -116,27 +116,60 @@ FINDING_FIELDS = (
 
 
 def _print_findings(paths: RunLayout, console, limit: int | None) -> None:
+    """The gap account, then the findings per winning model, each statement on one line of its own
+    (`soft_wrap`: a log read without a terminal gets no line broken mid-statement)."""
     from bbox_sae.labeling.finding_statements import labeled_findings
     from bbox_sae.report.finding_inputs import against_search
 
+    def say(text: str = "") -> None:
+        console.print(text, soft_wrap=True, highlight=False)
+
     findings = labeled_findings(paths)
-    n_latents = len({m for f in findings for m in latent_ids(f["latents"])})
-    console.print(f"\n{len(findings)} finding(s), carried by {n_latents} latent(s).")
+    for line in _gap_lines(paths.root, findings):
+        say(shown(line))
+    carried = [f for f in findings if latent_ids(f["latents"])]
+    n_latents = len({m for f in carried for m in latent_ids(f["latents"])})
+    if len(carried) == len(findings):
+        say(f"\n{len(findings)} finding(s), carried by {n_latents} latent(s).")
+    else:
+        say(
+            f"\n{len(findings)} finding(s): {len(carried)} carried by {n_latents} latent(s), {len(findings) - len(carried)} found by the rule search alone (no latent carries them)."
+        )
     against = against_search(paths, findings)
     if against:
-        console.print(shown(against))
+        say(shown(against))
     by_model: dict[str, list[dict]] = {}
     for f in findings:
         by_model.setdefault(f["better_model"], []).append(f)
     for model, rows in sorted(by_model.items()):
-        console.print(f"\nWhere [bold]{shown(model)}[/bold] is better (held-out Δlog p, 95% CI, held-out words):")
+        say(
+            f"\nWhere [bold]{shown(model)}[/bold] is better ({len(rows)} finding(s); held-out median Δlog p [95% CI], n = held-out words; then its commonest train words):"
+        )
         for f in rows[:limit]:
             label = f["statement"] or f["top_words"]
             if f.get("kind") == "latent":
                 label = f"latent group: {label}"
-            console.print(
+            train = f" (train: {shown(f['top_words'])})" if f.get("top_words") else ""
+            say(
                 f"  finding {f['finding']:>3}  {f['holdout_median_dlogp']:+.2f} [{f['holdout_ci_low']:+.2f}, {f['holdout_ci_high']:+.2f}]  "
-                f"n={f['holdout_n']:<4} {shown(label)}  ({shown(f['top_words'][:40])})"
+                f"n={f['holdout_n']:<5} {shown(label)}{train}"
             )
         if limit is not None and len(rows) > limit:
-            console.print(f"  ... and {len(rows) - limit} more (report.md, report.html, `bbox findings {shown(str(paths.root))}`)")
+            say(
+                f"  ... and {len(rows) - limit} more where {shown(model)} is better: every finding is in report.md and report.html, or run `bbox findings {shown(str(paths.root))}`"
+            )
+
+
+def _gap_lines(run_dir: Path, findings: list[dict]) -> list[str]:
+    """The gap account's statements (`bbox_sae.report.gap_views.headline`), as the report says them; none for
+    a run without corpus stats or a build index."""
+    from bbox_sae.report.gap import gap_accounts
+    from bbox_sae.report.gap_views import headline
+    from bbox_sae.report.inputs import load_domains
+
+    paths = RunLayout(run_dir)
+    if not paths.corpus_stats.is_file():
+        return []
+    pairs = [tuple(p) for p in json.loads(paths.corpus_stats.read_text()).get("pairs", [])]
+    accounts = gap_accounts(paths, pairs, findings, load_domains(paths.documents), breakdown=False)
+    return ["", *(line for acc in accounts for line in headline(acc))] if accounts else []

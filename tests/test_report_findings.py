@@ -302,7 +302,7 @@ def test_wandb_logs_one_image_per_chart_and_no_panel_per_latent(run):
     raw = log.read_bytes()
     assert b"dlogp_hist/" not in raw
     images = sorted(p.name.split("_")[0] + "_" + p.name.split("_")[1] for p in (run_dir / "files" / "media" / "images").glob("*.png"))
-    assert images == ["domains_chart", "findings_forest"]
+    assert images == ["domains_chart", "findings_forest", "gap_chart"]
 
 
 def test_every_logprob_shown_is_finite_or_marked(run):

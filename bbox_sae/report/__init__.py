@@ -30,7 +30,7 @@ __all__ = ["FINDING_COLUMNS", "WANDB_COLUMNS", "run_report"]
 def run_report(cfg: Config) -> dict:
     inputs = load_inputs(cfg)
     html_path, md_path = cfg.paths.report_html, cfg.paths.report_md
-    charts = draw_charts(inputs.findings, inputs.models, inputs.stats, md_path.parent)
+    charts = draw_charts(inputs.findings, inputs.models, inputs.stats, md_path.parent, inputs.gap)
     page, shown = build_html(cfg, inputs, charts)
     atomic_write_text(html_path, page)
     atomic_write_text(md_path, build_markdown(cfg, inputs, charts))
@@ -41,7 +41,7 @@ def run_report(cfg: Config) -> dict:
         "kept": sum(f["kept"] for f in inputs.features),
         "shown": shown,
         "sae_runs": list(inputs.sae_runs),
-        "charts": [str(p) for p in (charts.forest, charts.domains) if p is not None],
+        "charts": [str(p) for p in (charts.forest, charts.domains, charts.gap) if p is not None],
     }
     result.update(log_wandb(cfg, inputs, charts))
     return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from bbox_sae.config import FeaturesConfig
+from bbox_sae.report.gap import GapAccount
 from bbox_sae.report.inputs import ReportInputs
 from bbox_sae.schemas import latent_ids
 
@@ -52,8 +53,14 @@ def feature_key(latent: int, a: str, b: str) -> str:
     return f"sae:{latent}:{a}:{b}"
 
 
+def gap_of(inputs: ReportInputs, a: str, b: str) -> GapAccount | None:
+    return next((acc for acc in inputs.gap if (acc.model_a, acc.model_b) == (a, b)), None)
+
+
 def finding_view(f: dict, inputs: ReportInputs, fcfg: FeaturesConfig) -> dict:
     a, b = f["model_a"], f["model_b"]
+    account = gap_of(inputs, a, b)
+    share = next((s for s in account.findings if s.finding == f["finding"]), None) if account else None
     features = {x["key"]: x for x in inputs.features}
     members = []
     for latent in latent_ids(f["latents"]):
@@ -66,6 +73,9 @@ def finding_view(f: dict, inputs: ReportInputs, fcfg: FeaturesConfig) -> dict:
         "tested": tested_line(f, fcfg, inputs.candidate_family),
         "contexts": contexts,
         "members": members,
+        # Its share of its winner's advantage, and its Δ by domain (`gap`); None without a build index.
+        "gap_share": share.share if share else None,
+        "by_domain": account.finding_domains.get(f["finding"]) if account else None,
     }
 
 

@@ -18,6 +18,8 @@ from markupsafe import Markup as SafeMarkup
 
 from bbox_sae.config import Config
 from bbox_sae.report.finding_views import finding_refs, finding_views, how_to_read, kept_reason, one_line
+from bbox_sae.report.gap import GapAccount
+from bbox_sae.report.gap_views import SHARE_NOTE, SLICE_NOTE, carried_lines, domain_note, headline, pct, slice_rows
 from bbox_sae.report.inputs import EXTRA_SCORE_COLUMNS, ReportInputs
 from bbox_sae.report.markup import fmt, for_script, num
 from bbox_sae.report.plots import Charts
@@ -65,7 +67,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(fmt=fmt, num=num, one_line=one_line)
+    env.filters.update(fmt=fmt, num=num, one_line=one_line, pct=pct, domain_note=domain_note)
     return env
 
 
@@ -99,6 +101,18 @@ def domain_rows(stats: dict) -> list[DomainRow]:
         best = min((v for v in ppl.values() if v is not None), default=None)
         rows.append(DomainRow(name, s.get("documents"), s.get("words"), ppl, best, deltas))
     return rows
+
+
+def gap_view(acc: GapAccount, findings: list[dict]) -> dict:
+    """One pair's gap account as gap.html shows it."""
+    statements = {f["finding"]: f.get("statement") or f.get("rule") or "–" for f in findings}
+    return {
+        "account": acc,
+        "headline": headline(acc),
+        "shares": [{**vars(s), "statement": statements.get(s.finding, "–"), "share": pct(s.share)} for s in acc.findings],
+        "slices": slice_rows(acc),
+        "carried": carried_lines(acc, statements),
+    }
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,11 @@ def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, 
             domains=domain_rows(inputs.stats),
             domains_open_max=DOMAINS_OPEN_MAX,
             findings=finding_views(inputs, inputs.settings),
+            gap=[gap_view(acc, inputs.findings) for acc in inputs.gap],
+            gap_chart=charts.gap_base64,
+            share_note=SHARE_NOTE,
+            slice_note=SLICE_NOTE,
+            domain_min_words=cfg.report.domain_min_words,
             how_to_read=how_to_read(inputs.settings, inputs.candidate_family, inputs.against_search),
             forest_plot=charts.forest_base64,
             domain_chart=charts.domains_base64,

@@ -20,6 +20,7 @@ from bbox_sae.labeling.finding_statements import labeled_findings
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.report.finding_inputs import against_search, finding_contexts, finding_q_values
+from bbox_sae.report.gap import GapAccount, gap_accounts
 from bbox_sae.report.markup import num
 
 FEATURE_REQUIRED = ["latent", "model_a", "model_b", "kept", "better_model", "median_dlogp", "top_words"]
@@ -52,6 +53,7 @@ class ReportInputs:
     candidate_family: int | None = None  # how many candidates BH was over
     against_search: str | None = None  # the findings against the rule search (finding_inputs.against_search)
     rule_search: pa.Table | None = None  # rule_search.parquet, when the run has one
+    gap: list[GapAccount] = field(default_factory=list)  # per pair, on held-out words (`gap`); empty without a build index
 
     @property
     def models(self) -> list[str]:
@@ -153,12 +155,14 @@ def load_inputs(cfg: Config) -> ReportInputs:
     pair_models = sorted({f["model_a"] for f in features} | {f["model_b"] for f in features})
     findings = labeled_findings(paths) if paths.findings.exists() else []
     finding_q, family = finding_q_values(paths, findings)
+    domains = load_domains(paths.documents)
+    pairs = [tuple(p) for p in stats.get("pairs", [])]
     return ReportInputs(
         paths=paths,
         features=features,
         contexts=load_contexts(paths.contexts, pair_models),
         stats=stats,
-        domains=load_domains(paths.documents),
+        domains=domains,
         sae_runs=load_sae_runs(paths),
         settings=settings,
         findings=findings,
@@ -168,4 +172,5 @@ def load_inputs(cfg: Config) -> ReportInputs:
         candidate_family=family,
         against_search=against_search(paths, findings),
         rule_search=read_table(paths.rule_search) if paths.rule_search.exists() else None,
+        gap=gap_accounts(paths, pairs, findings, domains, min_words=cfg.report.domain_min_words),
     )

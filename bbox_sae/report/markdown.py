@@ -1,4 +1,4 @@
-"""report.md: the corpus-level numbers, the findings (with the forest plot and held-out contexts),
+"""report.md: the gap account (and where the gap lives), the corpus-level numbers, the findings (with the forest plot and held-out contexts),
 the per-domain chart and table, then each pair's kept features as Markdown tables."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from pathlib import Path
 
 from bbox_sae.config import Config
 from bbox_sae.report.finding_views import finding_views, how_to_read, one_line
+from bbox_sae.report.gap import GapAccount
+from bbox_sae.report.gap_views import SHARE_NOTE, SLICE_NOTE, carried_lines, domain_note, headline, pct, slice_rows
 from bbox_sae.report.inputs import ReportInputs
 from bbox_sae.report.markup import fmt, num
 from bbox_sae.report.plots import Charts
@@ -73,7 +75,7 @@ def _md_inline(text) -> str:
     return _escaped(one_line(text))
 
 
-def _md_finding(f: dict) -> list[str]:
+def _md_finding(f: dict, min_words: int) -> list[str]:
     delta = f"{fmt(f['holdout_median_dlogp'], '+.2f')} [{fmt(f['holdout_ci_low'], '+.2f')}, {fmt(f['holdout_ci_high'], '+.2f')}]"
     rule_fit = (
         f" · rule F1 {fmt(f['rule_f1'], '.2f')} (precision {fmt(f['rule_precision'], '.2f')}, recall {fmt(f['rule_recall'], '.2f')})"
@@ -97,11 +99,54 @@ def _md_finding(f: dict) -> list[str]:
             for i, c in enumerate(f["contexts"], 1)
         ]
         lines.append("")
+    lines += _md_finding_domains(f, min_words)
     members = ", ".join(f"{m['latent']}{' (kept)' if m['kept'] else ''}" for m in f["members"])
     return lines + [f"Latents: {members}", ""]
 
 
-def _md_findings(findings: list[dict], how: str, forest: Path | None) -> list[str]:
+def _md_finding_domains(f: dict, min_words: int) -> list[str]:
+    d = f.get("by_domain")
+    if d is None:
+        return []
+    lines = [_md(domain_note(d, min_words)), ""]
+    if d.shown:
+        lines += ["| domain | held-out words | median Δlog p | share of its summed Δ | holds |", "|---|---:|---:|---:|---|"]
+        lines += [f"| {_md(r.domain)} | {r.words:,} | {r.median_dlogp:+.2f} | {pct(r.share)} | {'yes' if r.holds else 'no'} |" for r in d.shown]
+        lines.append("")
+    return lines
+
+
+def _md_gap(accounts: list[GapAccount], findings: list[dict], chart: Path | None) -> list[str]:
+    """The gap account first: how far apart the models are on held-out words, how much of it the
+    findings carry, and where the rest lives."""
+    statements = {f["finding"]: f.get("statement") or f.get("rule") or "" for f in findings}
+    lines = []
+    for acc in accounts:
+        lines += [f"## The gap: {_md(acc.pair)}" if len(accounts) > 1 else "## The gap", ""]
+        lines += [f"- {_md(line)}" for line in headline(acc)] + [""]
+        if acc.findings:
+            lines += ["| finding | better | statement | held-out words | share of its winner's advantage |", "|---:|---|---|---:|---:|"]
+            lines += [f"| {s.finding} | {_md(s.better_model)} | {_md(statements.get(s.finding))} | {s.words:,} | {pct(s.share)} |" for s in acc.findings]
+            lines += ["", _md(SHARE_NOTE), ""]
+        if acc.slices:
+            lines += ["### Where the gap lives", ""]
+            if chart is not None:
+                lines += [f"![mean Δlog p and 95% CI by word frequency, kind of word, place and domain]({chart.name})", ""]
+            lines += [_md(SLICE_NOTE), "", "| by | slice | words | mean Δlog p [95% CI] | share of the gap |", "|---|---|---:|---|---:|"]
+            lines += [
+                f"| {_md(axis)} | {_md(s.name)} | {s.words:,} | {s.mean_dlogp:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] | {pct(s.gap_share)} |"
+                for axis, s in slice_rows(acc)
+            ]
+            lines.append("")
+        carried = carried_lines(acc, statements)
+        if acc.finding_domains:
+            lines += [_md(f"Findings carried by one domain: {len(carried)} of {len(acc.finding_domains)}."), ""]
+            lines += [f"- {_md(line)}" for line in carried]
+            lines += [""] if carried else []
+    return lines
+
+
+def _md_findings(findings: list[dict], how: str, forest: Path | None, min_words: int) -> list[str]:
     """Findings first: one section per difference, however many latents express it."""
     lines = ["## Findings", "", f"{len(findings)} finding(s).", "", how, ""]
     if forest is not None:
@@ -120,7 +165,7 @@ def _md_findings(findings: list[dict], how: str, forest: Path | None) -> list[st
             )
         lines.append("")
     for f in findings:
-        lines += _md_finding(f)
+        lines += _md_finding(f, min_words)
     return lines
 
 
@@ -146,11 +191,13 @@ def _md_domains(stats: dict, chart: Path | None) -> list[str]:
 
 def build_markdown(cfg: Config, inputs: ReportInputs, charts: Charts) -> str:
     stats = inputs.stats
+    findings = finding_views(inputs, inputs.settings)
     lines = [
         f"# BehaviorBox report: {_md(cfg.out.name)}",
         "",
         f"Models: {', '.join(_md(m) for m in inputs.models)} · {fmt(stats.get('documents'), ',')} documents · {fmt(stats.get('words'), ',')} words",
         "",
+        *_md_gap(inputs.gap, findings, charts.gap),
         "## Corpus level",
         "",
         "| model | mean log p | perplexity | words |",
@@ -161,7 +208,7 @@ def build_markdown(cfg: Config, inputs: ReportInputs, charts: Charts) -> str:
         ),
         "",
     ]
-    lines += _md_findings(finding_views(inputs, inputs.settings), how_to_read(inputs.settings, inputs.candidate_family, inputs.against_search), charts.forest)
+    lines += _md_findings(findings, how_to_read(inputs.settings, inputs.candidate_family, inputs.against_search), charts.forest, cfg.report.domain_min_words)
     lines += _md_domains(stats, charts.domains)
     pairs = stats.get("pairs") or sorted({(f["model_a"], f["model_b"]) for f in inputs.features})
     for a, b in pairs:

@@ -1,4 +1,4 @@
-"""The report's two charts, drawn once with matplotlib and used as PNG everywhere: inlined as a
+"""The report's charts, drawn once with matplotlib and used as PNG everywhere: inlined as a
 data URI in report.html, written next to report.md, and logged to W&B as one image each.
 
 Statements and domain names are corpus text; matplotlib draws them as text (never parsed as
@@ -18,6 +18,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from bbox_sae.artifacts import atomic_write_bytes
+from bbox_sae.report.gap import AXES, GapAccount
 
 PALETTE = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b7791f", "#c53030"]
 LABEL_CHARS = 70  # the forest plot's labels wrap at this width; a domain's name is cut there
@@ -25,6 +26,8 @@ PLOT_STYLE = {"text.parse_math": False, "font.size": 9}
 # The PNG files written next to report.md (and logged to W&B).
 from bbox_sae.layout import REPORT_DOMAINS_PNG as DOMAINS_PNG  # noqa: E402
 from bbox_sae.layout import REPORT_FOREST_PNG as FOREST_PNG  # noqa: E402
+
+GAP_PNG = "report-gap.png"
 
 
 def _short(text: str) -> str:
@@ -129,6 +132,49 @@ def domains_figure(stats: dict) -> Figure | None:
     return fig
 
 
+def gap_figure(accounts: list[GapAccount]) -> Figure | None:
+    """Where the gap lives: one panel per breakdown (frequency, kind, place, domain), each slice's
+    mean Δlog p and 95% CI per pair, coloured by the model it favours; None without slices."""
+    if not accounts or not accounts[0].slices:
+        return None
+    axes = [axis for axis in AXES if any(s.axis == axis for s in accounts[0].slices)]
+    names = {axis: list(dict.fromkeys(s.name for acc in accounts for s in acc.slices if s.axis == axis)) for axis in axes}
+    models = list(dict.fromkeys(m for acc in accounts for m in (acc.model_a, acc.model_b)))
+    colors = model_colors(models)
+    single = len(accounts) == 1
+    with matplotlib.rc_context(PLOT_STYLE):
+        rows = sum(len(n) for n in names.values())
+        fig = Figure(figsize=(10, 1.2 + 0.24 * rows + 0.5 * len(axes)), layout="constrained")
+        panels = fig.subplots(len(axes), 1, height_ratios=[len(names[a]) + 1 for a in axes], squeeze=False)[:, 0]
+        offset = 0.6 / max(len(accounts), 1)
+        for ax, axis in zip(panels, axes):
+            ys = {name: y for y, name in enumerate(names[axis])}
+            for i, acc in enumerate(accounts):
+                for s in (s for s in acc.slices if s.axis == axis):
+                    y = ys[s.name] - 0.3 + offset * (i + 0.5) if not single else ys[s.name]
+                    color = colors[acc.model_a if s.mean_dlogp > 0 else acc.model_b]
+                    ax.plot([s.ci_low, s.ci_high], [y, y], color=color, linewidth=1.6)
+                    ax.scatter([s.mean_dlogp], [y], color=color, s=22, zorder=3, gid=f"gap-{axis}")
+            labels = []
+            for name in names[axis]:
+                first = next(s for s in accounts[0].slices if s.axis == axis and s.name == name) if single else None
+                share = f", {first.gap_share:.0%} of the gap" if first is not None and first.gap_share is not None else ""
+                words = f" ({first.words:,} words{share})" if first is not None else ""
+                labels.append(_short(name) + words)
+            ax.set_yticks(range(len(labels)), labels)
+            ax.set_ylim(len(labels) - 0.4, -0.6)
+            ax.axvline(0, color="#333", linestyle="--", linewidth=0.8)
+            ax.grid(axis="x", color="#ddd", linewidth=0.6)
+            ax.set_title(f"by {AXES[axis]}", loc="left", fontsize=9)
+        pairs = "; ".join(f"log p({acc.model_a}) − log p({acc.model_b})" for acc in accounts)
+        panels[-1].set_xlabel(f"mean Δlog p per held-out word (nats) and 95% CI (resampling documents)\nΔ = {pairs} (> 0: the first is better)")
+        for model in models:
+            panels[0].scatter([], [], color=colors[model], label=f"{model} better")
+        panels[0].legend(loc="best", fontsize=8)
+        fig.suptitle("Where the gap lives (held-out words)")
+    return fig
+
+
 def png_bytes(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     # A script the bundled font lacks (CJK statements) draws as boxes; the HTML and Markdown
@@ -145,6 +191,7 @@ class Charts:
 
     forest: Path | None
     domains: Path | None
+    gap: Path | None = None
 
     @staticmethod
     def _base64(path: Path | None) -> str | None:
@@ -158,11 +205,16 @@ class Charts:
     def domains_base64(self) -> str | None:
         return self._base64(self.domains)
 
+    @property
+    def gap_base64(self) -> str | None:
+        return self._base64(self.gap)
 
-def draw_charts(findings: list[dict], models: list[str], stats: dict, out_dir: Path) -> Charts:
-    """Write the forest plot and the per-domain chart into `out_dir`; a chart without data is not
-    drawn, and an earlier run's file of it is removed so report.md cannot show a stale one."""
-    figures = {FOREST_PNG: forest_figure(findings, models) if findings else None, DOMAINS_PNG: domains_figure(stats)}
+
+def draw_charts(findings: list[dict], models: list[str], stats: dict, out_dir: Path, gap: list[GapAccount] | None = None) -> Charts:
+    """Write the forest plot, the per-domain chart and where the gap lives into `out_dir`; a chart
+    without data is not drawn, and an earlier run's file of it is removed so report.md cannot show
+    a stale one."""
+    figures = {FOREST_PNG: forest_figure(findings, models) if findings else None, DOMAINS_PNG: domains_figure(stats), GAP_PNG: gap_figure(gap or [])}
     paths = {}
     for name, fig in figures.items():
         path = out_dir / name
@@ -172,4 +224,4 @@ def draw_charts(findings: list[dict], models: list[str], stats: dict, out_dir: P
         else:
             atomic_write_bytes(path, png_bytes(fig))
             paths[name] = path
-    return Charts(forest=paths[FOREST_PNG], domains=paths[DOMAINS_PNG])
+    return Charts(forest=paths[FOREST_PNG], domains=paths[DOMAINS_PNG], gap=paths[GAP_PNG])

@@ -13,7 +13,10 @@ from pathlib import Path
 from bbox_sae.config import Config
 from bbox_sae.layout import logprob_column
 from bbox_sae.report.finding_views import context_text, finding_views
+from bbox_sae.report.gap import GapAccount
+from bbox_sae.report.gap_views import headline
 from bbox_sae.report.inputs import ReportInputs
+from bbox_sae.report.markup import num
 from bbox_sae.report.plots import Charts
 from bbox_sae.report.views import examples_for
 from bbox_sae.tracking import wandb_run
@@ -77,9 +80,49 @@ def _sae_table_rows(sae_runs: dict[str, dict]) -> list[list]:
     ]
 
 
+GAP_FINDING_COLUMNS = ["pair", "finding", "better_model", "statement", "words", "dlogp_sum", "share"]
+GAP_SLICE_COLUMNS = ["pair", "axis", "slice", "words", "mean_dlogp", "ci_low", "ci_high", "gap_share"]
+FINDING_DOMAIN_COLUMNS = ["pair", "finding", "domain", "words", "median_dlogp", "share", "holds", "carried_by"]
+
+
+def gap_summary(accounts: list[GapAccount]) -> dict:
+    """The gap account under `gap/<pair>/`: what the report's first section says, as numbers and as its statements."""
+    summary = {}
+    for acc in accounts:
+        key = f"gap/{acc.pair}"
+        summary[f"{key}/statement"] = " ".join(headline(acc))
+        summary[f"{key}/words"] = acc.words
+        summary[f"{key}/documents"] = acc.documents
+        for model, ppl in acc.perplexity.items():
+            summary[f"{key}/perplexity/{model}"] = ppl
+        summary.update({f"{key}/mean_dlogp": acc.mean_dlogp, f"{key}/ci_low": acc.ci_low, f"{key}/ci_high": acc.ci_high})
+        summary[f"{key}/findings_net_share"] = acc.findings_net_share
+        for w in acc.winners:
+            summary.update({f"{key}/{w.model}/advantage": w.advantage, f"{key}/{w.model}/findings_share": w.union_share, f"{key}/{w.model}/left": w.left})
+    return {k: num(v) if isinstance(v, float) else v for k, v in summary.items()}
+
+
+def gap_rows(accounts: list[GapAccount], findings: list[dict]) -> dict[str, list[list]]:
+    statements = {f["finding"]: f.get("statement") or f.get("rule") for f in findings}
+    return {
+        "gap_findings": [
+            [a.pair, s.finding, s.better_model, statements.get(s.finding), s.words, num(s.dlogp_sum), num(s.share)] for a in accounts for s in a.findings
+        ],
+        "gap_slices": [
+            [a.pair, s.axis, s.name, s.words, num(s.mean_dlogp), num(s.ci_low), num(s.ci_high), num(s.gap_share)] for a in accounts for s in a.slices
+        ],
+        "finding_domains": [
+            [a.pair, f, r.domain, r.words, num(r.median_dlogp), num(r.share), r.holds, d.carried_by]
+            for a in accounts
+            for f, d in sorted(a.finding_domains.items())
+            for r in d.shown
+        ],
+    }
+
+
 def _summary(inputs: ReportInputs) -> dict:
     stats = inputs.stats
-    summary = {"corpus/documents": stats.get("documents"), "corpus/words": stats.get("words")}
+    summary = {**gap_summary(inputs.gap), "corpus/documents": stats.get("documents"), "corpus/words": stats.get("words")}
     for model, s in stats.get("models", {}).items():
         for key in ("mean_logprob", "perplexity", "words"):
             summary[f"corpus/{model}/{key}"] = s.get(key)
@@ -116,11 +159,15 @@ def log_wandb(cfg: Config, inputs: ReportInputs, charts: Charts) -> dict:
             ),
         }
         payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(finding_views(inputs, inputs.settings)), allow_mixed_types=True)
+        if inputs.gap:
+            columns_of = {"gap_findings": GAP_FINDING_COLUMNS, "gap_slices": GAP_SLICE_COLUMNS, "finding_domains": FINDING_DOMAIN_COLUMNS}
+            for key, data in gap_rows(inputs.gap, inputs.findings).items():
+                payload[key] = wandb.Table(columns=columns_of[key], data=data, allow_mixed_types=True)
         if inputs.rule_search is not None:
             payload["rule_search"] = wandb.Table(dataframe=inputs.rule_search.to_pandas())
         if inputs.sae_runs:
             payload["sae_runs"] = wandb.Table(columns=["run", "metric", "value", "text"], data=_sae_table_rows(inputs.sae_runs), allow_mixed_types=True)
-        for key, path in (("findings_forest", charts.forest), ("domains_chart", charts.domains)):
+        for key, path in (("findings_forest", charts.forest), ("domains_chart", charts.domains), ("gap_chart", charts.gap)):
             if path is not None:
                 payload[key] = wandb.Image(str(path))
         run.log(payload)

@@ -1,0 +1,44 @@
+"""What an offline W&B run logged, read back from its files: the tables W&B writes as JSON, and the
+summary, which offline mode keeps only in the run's `.wandb` record log (no `wandb-summary.json`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+def logged_table(run_dir: Path, key: str) -> dict:
+    """The table logged under `key`, as {"columns": [...], "data": [[...], ...]}."""
+    (path,) = (run_dir / "files" / "media" / "table").glob(f"{key}_*.table.json")
+    return json.loads(path.read_text())
+
+
+def logged_rows(run_dir: Path, key: str) -> list[dict]:
+    table = logged_table(run_dir, key)
+    return [dict(zip(table["columns"], row)) for row in table["data"]]
+
+
+def _varint(raw: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = raw[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def logged_summary(run_dir: Path, prefix: str) -> dict:
+    """The summary items whose key starts with `prefix`, the last value of each: a SummaryItem is
+    `key` (field 1) then `value_json` (field 16, tag bytes 0x82 0x01), each length-prefixed."""
+    (log,) = run_dir.glob("*.wandb")
+    raw = log.read_bytes()
+    out = {}
+    for match in re.finditer(rb"\n([\x01-\x7f])(" + re.escape(prefix.encode()) + rb"[^\x00-\x1f]*?)\x82\x01", raw):
+        if len(match.group(2)) != match.group(1)[0]:
+            continue
+        length, at = _varint(raw, match.end())
+        out[match.group(2).decode()] = json.loads(raw[at : at + length])
+    return out
