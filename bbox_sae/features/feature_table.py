@@ -122,14 +122,16 @@ def print_summary(findings: pa.Table, features: pa.Table, stats: dict, limit: in
     console.print(header)
     n_kept = int(pc.sum(features["kept"]).as_py() or 0) if features.num_rows else 0
     table = Table(title=f"Findings: {findings.num_rows} ({n_kept} kept latents of {features.num_rows} live latent rows)")
-    for col in ("finding", "better", "holdout Δlog p [95% CI]", "statement (kind)", "latents", "top words"):
+    for col in ("finding", "better", "holdout Δlog p [95% CI]", "n (documents)", "statement (kind)", "latents", "top words"):
         table.add_column(col)
     for r in findings.to_pylist()[:limit]:
+        rests_on = f"; rests on {r['artifact']}" if r.get("artifact") else ""
         table.add_row(
             str(r["finding"]),
             str(r["better_model"]),
             f"{r['holdout_median_dlogp']:+.2f} [{r['holdout_ci_low']:+.2f}, {r['holdout_ci_high']:+.2f}]",
-            f"{r['statement']} ({r['kind']})" if r["statement"] else "-",
+            f"{r['holdout_n']} ({r['holdout_docs']})" if r.get("holdout_docs") is not None else str(r["holdout_n"]),
+            f"{r['statement']} ({r['kind']}{rests_on})" if r["statement"] else "-",
             str(r["latents"]),
             (r["top_words"] or "")[:50],
         )
