@@ -1,6 +1,7 @@
-"""The report's W&B run: feature, kept-feature, findings, corpus and SAE tables, and the forest
-plot and per-domain chart as one image each (not a panel per latent, which floods a workspace at
-thousands of latents). Every cell is plain text or a number, so each column sorts and filters.
+"""The report's W&B run: feature, kept-feature, findings, corpus and SAE tables; the tables that
+join a latent to its findings (`latent_findings`) and a finding to its contexts
+(`finding_contexts`); the gap account's tables; and the charts as one image each (not a panel
+per latent, which floods a workspace at thousands of latents). Every cell is plain text or a number, so each column sorts and filters.
 The findings' Parquet tables and each trained SAE go up as artifacts."""
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from pathlib import Path
 
 from bbox_sae.config import Config
 from bbox_sae.layout import logprob_column
-from bbox_sae.report.finding_views import context_text, finding_views
+from bbox_sae.report.finding_views import context_text, finding_views, one_line
 from bbox_sae.report.gap import GapAccount
 from bbox_sae.report.gap_views import headline
 from bbox_sae.report.inputs import ReportInputs
 from bbox_sae.report.markup import num
 from bbox_sae.report.plots import Charts
 from bbox_sae.report.views import examples_for
+from bbox_sae.schemas import latent_ids
 from bbox_sae.tracking import wandb_run
 
 # Columns of the W&B `features` and `kept_features` tables; the labeler's extra scores
@@ -39,6 +41,44 @@ FINDING_FIELDS = {
     "latents": "latents", "proposer": "proposer", "single_rule": "single_rule", "top_words": "top_words", "contexts": "contexts",
 }  # fmt: skip
 FINDING_COLUMNS = list(FINDING_FIELDS)
+
+
+# The W&B `latent_findings` table: one row per (latent, finding it proposed or carries), so a
+# latent of several findings has a row for each; the finding's statement, Δ (held-out median), CI
+# and n beside the latent's own label. Joined to `finding_contexts` on `finding`.
+LATENT_FINDING_COLUMNS = [
+    "latent", "finding", "statement", "better_model", "model_a", "model_b", "delta", "ci_low", "ci_high", "n", "share",
+    "label", "label_source", "kept",
+]  # fmt: skip
+# The W&B `finding_contexts` table: one row per held-out context the report shows of a finding.
+FINDING_CONTEXT_COLUMNS = ["finding", "rank", "doc_id", "word_idx", "left", "word", "right", "logprob_a", "logprob_b", "delta"]
+
+
+def latent_finding_rows(findings: list[dict], features: list[dict]) -> list[list]:
+    """Every (latent, finding) pair of the findings' `latents`, with the latent's label where it has one."""
+    by_key = {(f["latent"], f["model_a"], f["model_b"]): f for f in features if f["source"] == "sae"}
+    rows = []
+    for f in findings:
+        for latent in latent_ids(f["latents"]):
+            feature = by_key.get((latent, f["model_a"], f["model_b"]), {})
+            values = {
+                "latent": latent, "finding": f["finding"], "statement": f.get("statement") or f.get("rule"), "better_model": f["better_model"],
+                "model_a": f["model_a"], "model_b": f["model_b"], "delta": f.get("holdout_median_dlogp"), "ci_low": f.get("holdout_ci_low"),
+                "ci_high": f.get("holdout_ci_high"), "n": f.get("holdout_n"), "share": f.get("gap_share"), "label": feature.get("label"),
+                "label_source": feature.get("label_source"), "kept": bool(feature.get("kept")),
+            }  # fmt: skip
+            rows.append([values[c] for c in LATENT_FINDING_COLUMNS])
+    return rows
+
+
+def finding_context_rows(findings: list[dict]) -> list[list]:
+    rows = []
+    for f in findings:
+        for rank, c in enumerate(f["contexts"]):
+            a, b = c.get("logprob_a"), c.get("logprob_b")
+            delta = None if a is None or b is None else num(a - b)
+            rows.append([f["finding"], rank, c["doc_id"], c["word_idx"], one_line(c["left"]), one_line(c["word"]), one_line(c["right"]), a, b, delta])
+    return rows
 
 
 def wandb_columns(score_columns: list[str]) -> list[str]:
@@ -158,7 +198,10 @@ def log_wandb(cfg: Config, inputs: ReportInputs, charts: Charts) -> dict:
                 data=[[m, s.get("mean_logprob"), s.get("perplexity"), s.get("words")] for m, s in inputs.stats.get("models", {}).items()],
             ),
         }
-        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(finding_views(inputs, inputs.settings)), allow_mixed_types=True)
+        findings = finding_views(inputs, inputs.settings)
+        payload["findings"] = wandb.Table(columns=FINDING_COLUMNS, data=finding_rows(findings), allow_mixed_types=True)
+        payload["latent_findings"] = wandb.Table(columns=LATENT_FINDING_COLUMNS, data=latent_finding_rows(findings, inputs.features), allow_mixed_types=True)
+        payload["finding_contexts"] = wandb.Table(columns=FINDING_CONTEXT_COLUMNS, data=finding_context_rows(findings), allow_mixed_types=True)
         if inputs.gap:
             columns_of = {"gap_findings": GAP_FINDING_COLUMNS, "gap_slices": GAP_SLICE_COLUMNS, "finding_domains": FINDING_DOMAIN_COLUMNS}
             for key, data in gap_rows(inputs.gap, inputs.findings).items():
