@@ -20,6 +20,9 @@ from bbox_sae.layout import RunLayout, logprob_column
 from bbox_sae.report.markup import num
 
 FINDING_CONTEXTS = 5  # held-out contexts shown per finding
+# Held-out words behind a finding in report.html's panel: all of them up to this many (evenly
+# spread beyond), so a run with a finding of many thousands of words still gives a page of MBs.
+FINDING_PANEL_WORDS = 2000
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -30,7 +33,7 @@ def spread(n: int, k: int) -> list[int]:
     return sorted({int(round(i)) for i in np.linspace(0, n - 1, k)})
 
 
-def _chosen_words(paths: RunLayout, findings: list[dict]) -> pa.Table:
+def _chosen_words(paths: RunLayout, findings: list[dict], per_finding: int) -> pa.Table:
     """(finding, row, doc_id, word_idx) of the held-out words shown per finding, in corpus order."""
     words = read_table(paths.finding_words, columns=["finding", "split", "row", "doc_id", "word_idx"])
     words = words.filter(pc.equal(words["split"], "holdout")).sort_by([("finding", "ascending"), ("doc_id", "ascending"), ("word_idx", "ascending")])
@@ -38,18 +41,18 @@ def _chosen_words(paths: RunLayout, findings: list[dict]) -> pa.Table:
     keep = []
     for f in findings:
         at = np.flatnonzero(finding_col == f["finding"])
-        keep.extend(at[spread(len(at), FINDING_CONTEXTS)].tolist())
+        keep.extend(at[spread(len(at), per_finding)].tolist())
     return words.take(pa.array(keep, pa.int64())).drop_columns(["split"])
 
 
-def finding_contexts(paths: RunLayout, findings: list[dict], context_chars: int) -> dict[int, list[dict]]:
-    """Per finding, up to FINDING_CONTEXTS of its held-out words with their text (cut as in
+def finding_contexts(paths: RunLayout, findings: list[dict], context_chars: int, per_finding: int = FINDING_CONTEXTS) -> dict[int, list[dict]]:
+    """Per finding, up to `per_finding` of its held-out words with their text (cut as in
     contexts.parquet) and both models' log-probs; empty when the run lacks the tables to build them
     (no finding_words.parquet, build index, words or documents)."""
     needed = [paths.finding_words, paths.index, paths.documents, paths.words]
     if not findings or not all(p.exists() for p in needed):
         return {}
-    chosen = _chosen_words(paths, findings)
+    chosen = _chosen_words(paths, findings, per_finding)
     models = sorted({m for f in findings for m in (f["model_a"], f["model_b"])})
     index = read_table(paths.index, columns=["row", *(logprob_column(m) for m in models)])
     index = index.filter(pc.is_in(index["row"], value_set=chosen["row"]))

@@ -9,6 +9,7 @@ import re
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.report.gap import GapAccount
 from bbox_sae.report.inputs import ReportInputs
+from bbox_sae.report.markup import num
 from bbox_sae.schemas import latent_ids
 
 
@@ -76,7 +77,38 @@ def finding_view(f: dict, inputs: ReportInputs, fcfg: FeaturesConfig) -> dict:
         # Its share of its winner's advantage, and its Δ by domain (`gap`); None without a build index.
         "gap_share": share.share if share else None,
         "by_domain": account.finding_domains.get(f["finding"]) if account else None,
+        "n_words": len(inputs.finding_words.get(f["finding"], [])),
+        "n_counter": sum(counter_example(f, w) for w in inputs.finding_words.get(f["finding"], [])),
     }
+
+
+def word_delta(f: dict, word: dict) -> float | None:
+    a, b = word["logprob"].get(f["model_a"]), word["logprob"].get(f["model_b"])
+    return None if a is None or b is None else a - b
+
+
+def counter_example(f: dict, word: dict) -> bool:
+    """A held-out word of the finding on which the other model is better."""
+    d = word_delta(f, word)
+    return d is not None and (d < 0 if f["better_model"] == f["model_a"] else d > 0)
+
+
+def finding_word_rows(f: dict, words: list[dict], domains: dict[str, str]) -> list[list]:
+    """report.html's panel of a finding's held-out words, one compact row each:
+    [Δ, log p a, log p b, domain, left, word, right, doc_id]."""
+    return [
+        [
+            num(word_delta(f, w), 4),
+            num(w["logprob"].get(f["model_a"]), 4),
+            num(w["logprob"].get(f["model_b"]), 4),
+            domains.get(w["doc_id"]),
+            w["left"],
+            w["word"],
+            w["right"],
+            w["doc_id"],
+        ]
+        for w in words
+    ]
 
 
 def finding_views(inputs: ReportInputs, fcfg: FeaturesConfig) -> list[dict]:

@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup as SafeMarkup
 
 from bbox_sae.config import Config
-from bbox_sae.report.finding_views import finding_refs, finding_views, how_to_read, kept_reason, one_line
+from bbox_sae.report.finding_views import finding_refs, finding_views, finding_word_rows, how_to_read, kept_reason, one_line
 from bbox_sae.report.gap import GapAccount
 from bbox_sae.report.gap_views import SHARE_NOTE, SLICE_NOTE, carried_lines, domain_note, headline, pct, slice_rows
 from bbox_sae.report.inputs import EXTRA_SCORE_COLUMNS, ReportInputs
@@ -133,7 +133,9 @@ def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, 
         views.append(view)
     domains = sorted(set(inputs.stats.get("domains") or {}) | {d["domain"] for v in views for d in v["domains"]})
     scores = [[c, SCORE_TITLES[c]] for c in ["label_score", *inputs.score_columns]]
-    data = {"models": inputs.models, "domains": domains, "scores": scores, "features": views}
+    findings_shown = finding_views(inputs, inputs.settings)
+    words = {f["finding"]: finding_word_rows(f, inputs.finding_words.get(f["finding"], []), inputs.domains) for f in findings_shown}
+    data = {"models": inputs.models, "domains": domains, "scores": scores, "features": views, "finding_words": words}
     root = inputs.paths.root
     page = (
         _templates()
@@ -151,7 +153,7 @@ def build_html(cfg: Config, inputs: ReportInputs, charts: Charts) -> tuple[str, 
             pairs=[f"{a} vs {b}" for a, b in inputs.stats.get("pairs", [])],
             domains=domain_rows(inputs.stats),
             domains_open_max=DOMAINS_OPEN_MAX,
-            findings=finding_views(inputs, inputs.settings),
+            findings=findings_shown,
             gap=[gap_view(acc, inputs.findings) for acc in inputs.gap],
             gap_chart=charts.gap_base64,
             share_note=SHARE_NOTE,

@@ -19,7 +19,7 @@ from bbox_sae.errors import ArtifactError
 from bbox_sae.labeling.finding_statements import labeled_findings
 from bbox_sae.labeling.table import labeled_features
 from bbox_sae.layout import RunLayout, logprob_column
-from bbox_sae.report.finding_inputs import against_search, finding_contexts, finding_q_values
+from bbox_sae.report.finding_inputs import FINDING_PANEL_WORDS, against_search, finding_contexts, finding_q_values
 from bbox_sae.report.gap import GapAccount, gap_accounts
 from bbox_sae.report.markup import num
 
@@ -49,6 +49,7 @@ class ReportInputs:
     findings: list[dict] = field(default_factory=list)
     score_columns: list[str] = field(default_factory=list)  # the EXTRA_SCORE_COLUMNS present
     finding_contexts: dict[int, list[dict]] = field(default_factory=dict)  # finding -> held-out contexts
+    finding_words: dict[int, list[dict]] = field(default_factory=dict)  # finding -> every held-out word (report.html's panel)
     finding_q: dict[int, float] = field(default_factory=dict)  # finding -> BH q (finding_inputs.finding_q_values)
     candidate_family: int | None = None  # how many candidates BH was over
     against_search: str | None = None  # the findings against the rule search (finding_inputs.against_search)
@@ -168,6 +169,7 @@ def load_inputs(cfg: Config) -> ReportInputs:
         findings=findings,
         score_columns=score_columns,
         finding_contexts=finding_contexts(paths, findings, settings.context_chars),
+        finding_words=finding_contexts(paths, findings, settings.context_chars, FINDING_PANEL_WORDS),
         finding_q=finding_q,
         candidate_family=family,
         against_search=against_search(paths, findings),

@@ -298,6 +298,108 @@
     });
   }
 
+  // A server-rendered table sorts by a header's column: a cell's data-value (numbers) or its text.
+  // Clicking the same header again reverses the order; missing values go last either way.
+  function cellValue(td) {
+    if (td.dataset.value !== undefined) {
+      var v = parseFloat(td.dataset.value);
+      return isNaN(v) ? null : v;
+    }
+    return td.textContent;
+  }
+  function sortableHead(table, sortRows) {
+    var sortState = { index: -1, dir: 1 };
+    table.querySelectorAll("thead th").forEach(function (th, index) {
+      th.addEventListener("click", function () {
+        sortState.dir = sortState.index === index ? -sortState.dir : 1;
+        sortState.index = index;
+        table.querySelectorAll("thead th").forEach(function (other) { other.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", sortState.dir > 0 ? "ascending" : "descending");
+        sortRows(th.dataset.sort, index, sortState.dir);
+      });
+    });
+  }
+  function byValue(get, dir) {
+    return function (x, y) {
+      var a = get(x), b = get(y);
+      if (a === null || b === null) return a === b ? 0 : (a === null ? 1 : -1);
+      return (typeof a === "number" ? a - b : String(a).localeCompare(String(b))) * dir;
+    };
+  }
+
+  function setUpFindingsTable() {
+    var table = document.getElementById("findings-table");
+    if (!table) return;
+    var tbody = table.querySelector("tbody");
+    var rows = Array.prototype.slice.call(tbody.querySelectorAll("tr.finding-row"));
+    var model = document.getElementById("findings-filter-model");
+    var kind = document.getElementById("findings-filter-kind");
+    var text = document.getElementById("findings-filter-text");
+    function filter() {
+      var needle = text.value.trim().toLowerCase(), shown = 0;
+      rows.forEach(function (tr) {
+        var show = (!model.value || tr.dataset.better === model.value) && (!kind.value || tr.dataset.kind === kind.value)
+          && (!needle || tr.dataset.search.indexOf(needle) >= 0);
+        tr.hidden = !show;
+        if (show) shown += 1;
+      });
+      document.getElementById("findings-row-count").textContent = shown + " of " + rows.length + " findings";
+    }
+    sortableHead(table, function (key, index, dir) {
+      rows.sort(byValue(function (tr) { return cellValue(tr.children[index]); }, dir));
+      rows.forEach(function (tr) { tbody.appendChild(tr); });
+    });
+    [model, kind].forEach(function (node) { node.addEventListener("change", filter); });
+    text.addEventListener("input", filter);
+    filter();
+  }
+
+  // A finding's panel: every held-out word in its passage, shaded by Δ towards the model it
+  // favours (the finding's winner's colour for its own words, the other's for counter-examples).
+  var WORD_FIELDS = { delta: 0, lp_a: 1, lp_b: 2, domain: 3, text: 4 };
+  // Line breaks shown as ⏎, as the findings' contexts show them: a finding may be about one.
+  function oneLine(text) { return String(text || "").replace(/\n/g, "⏎"); }
+  function renderWordRow(row, winnerIsA) {
+    var delta = row[0], counter = delta !== null && (winnerIsA ? delta < 0 : delta > 0);
+    var tr = el("tr", "finding-word" + (counter ? " counter" : ""));
+    tr.dataset.delta = delta === null ? "" : String(delta);
+    tr.dataset.docId = row[7];
+    tr.appendChild(el("td", "num delta", signed(delta, 2)));
+    tr.appendChild(el("td", "num", fixed(row[1], 2)));
+    tr.appendChild(el("td", "num", fixed(row[2], 2)));
+    tr.appendChild(el("td", "domain", row[3] || "–"));
+    var passage = el("td", "passage");
+    passage.appendChild(el("span", "left", oneLine(row[4])));
+    var mark = el("mark", "target", oneLine(row[5]));
+    var strength = delta === null ? 0 : Math.min(1, Math.abs(delta) / 4);
+    mark.style.background = delta === null ? "#eee" : (delta > 0 ? "rgba(43,108,176," : "rgba(192,86,33,") + (0.15 + 0.6 * strength).toFixed(2) + ")";
+    passage.appendChild(mark);
+    passage.appendChild(el("span", "right", oneLine(row[6])));
+    tr.appendChild(passage);
+    return tr;
+  }
+  function setUpFindingPanels() {
+    document.querySelectorAll("details.finding-words").forEach(function (details) {
+      var table = details.querySelector("table");
+      var rows = (DATA.finding_words[details.dataset.finding] || []).slice();
+      var winnerIsA = details.dataset.winner === "a";
+      function render() {
+        var fragment = document.createDocumentFragment();
+        rows.forEach(function (row) { fragment.appendChild(renderWordRow(row, winnerIsA)); });
+        table.querySelector("tbody").replaceChildren(fragment);
+      }
+      sortableHead(table, function (key, index, dir) {
+        var field = WORD_FIELDS[key];
+        rows.sort(byValue(function (row) { return key === "text" ? row[4] + row[5] + row[6] : row[field]; }, dir));
+        render();
+      });
+      // Rendered when first opened: a run's panels hold thousands of rows a reader may never open.
+      details.addEventListener("toggle", function () { if (details.open && !table.querySelector("tbody tr")) render(); });
+    });
+  }
+
+  setUpFindingsTable();
+  setUpFindingPanels();
   setUpControls();
   setUpSorting();
   renderHead();
