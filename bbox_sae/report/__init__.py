@@ -7,9 +7,11 @@ used when present. With domains, each feature's card tells in which domains its 
 words occur and whether its difference holds there, and the feature list can be filtered by
 domain.
 
-Modules: `inputs` reads the artifacts (`finding_inputs`: each finding's held-out contexts and q),
-`views` shapes one feature for the browser, `finding_views` one finding (and a latent's findings),
-`plots` draws the forest plot and per-domain chart, `html_page` fills the page template
+Modules: `inputs` reads the artifacts (`finding_inputs`: each finding's held-out contexts and q;
+`gap`: the gap account of the held-out words, how much of it the findings carry and where the rest
+lives, said in words by `gap_views`), `views` shapes one feature for the browser, `finding_views`
+one finding (and a latent's findings), `plots` draws the gap chart, the forest plot and the
+per-domain chart, `html_page` fills the page template
 (`assets/`), `markdown` writes report.md, `wandb_tables` logs the W&B run, `markup` builds
 escaped HTML.
 """
