@@ -331,15 +331,17 @@ def load_held_out(paths: RunLayout, models: list[str], domains: dict[str, str]) 
     if not scored.any():
         return None
     table = table.filter(pa.array(scored))
-    encoded = pc.dictionary_encode(table["doc_id"].combine_chunks())
     doc_ids = table["doc_id"].combine_chunks()
+    encoded = pc.dictionary_encode(doc_ids)
+    doc = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    domain_of_doc = np.array([domains.get(d, NO_DOMAIN) for d in encoded.dictionary.to_pylist()], dtype=object)
     return HeldOut(
         rows=table["row"].to_numpy(),
-        doc=encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+        doc=doc,
         n_docs=len(encoded.dictionary),
         doc_ids=doc_ids,
         word_idx=table["word_idx"].combine_chunks(),
-        domain=np.array([domains.get(d, NO_DOMAIN) for d in doc_ids.to_pylist()], dtype=object),
+        domain=domain_of_doc[doc],
         logprob={m: v[scored] for m, v in logprob.items()},
     )
 
