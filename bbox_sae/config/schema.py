@@ -49,6 +49,18 @@ class Config(Section):
             raise ValueError(f"duplicate model names: {dupes}")
         return models
 
+    @field_validator("compare")
+    @classmethod
+    def _each_pair_once(cls, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """A pair listed twice had every row of the features and labels twice; listed both ways,
+        one difference was reported as two findings of opposite sign."""
+        for i, (a, b) in enumerate(pairs):
+            if (a, b) in pairs[:i]:
+                raise ValueError(f"pair ({a}, {b}) is listed twice; list each pair once")
+            if (b, a) in pairs[:i]:
+                raise ValueError(f"pair ({a}, {b}) is pair ({b}, {a}) reversed, the same comparison with the opposite sign; list it once")
+        return pairs
+
     @model_validator(mode="after")
     def _check_pairs(self) -> Config:
         names = {m.name for m in self.models}
