@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -269,12 +270,25 @@ class _PrintableFormatter(logging.Formatter):
         return printable(super().format(record), keep="\n")
 
 
+class Terminated(BaseException):
+    """SIGTERM, what Slurm, `docker stop` and systemd send at a time limit, raised where the
+    process is: it unwinds as Ctrl-C does (the run lock released, temp files removed), where the
+    signal's default action ends the process without a word."""
+
+
+def _terminate(signum, frame) -> None:
+    # Once: the cleanup this starts is not cut short by a second SIGTERM, which then kills as usual.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(_PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return dispatch(args)
     except BBoxError as err:
@@ -286,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bbox: interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
+    except Terminated:
+        print("bbox: terminated (SIGTERM); re-run the same command to resume", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
