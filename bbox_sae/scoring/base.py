@@ -14,6 +14,19 @@ from typing import Protocol
 
 import numpy as np
 
+# One rule for log-probs from anywhere (a server's answer, a `source: parquet` file): a value above
+# 0, +inf included, is a probability above 1 (negative log-likelihoods, or a server computing
+# something else) and is refused; NaN and -inf are a model failing on a word, which is excluded
+# with a warning. The tolerance is for rounding.
+LOGPROB_RULE = "log-probs must be <= 0 (natural log)"
+_POSITIVE_BEYOND_ROUNDING = 1e-9
+
+
+def largest_positive(logprobs: np.ndarray) -> int | None:
+    """Where the largest log-prob above 0 is (+inf included), or None where there is none."""
+    above = logprobs > _POSITIVE_BEYOND_ROUNDING
+    return int(np.argmax(np.where(above, logprobs, -np.inf))) if above.any() else None
+
 
 @dataclass
 class TokenScores:

@@ -7,8 +7,9 @@ tokens`, which vLLM accepts) or as its text (`text`, for servers that only take 
 `echo` and `max_tokens` 0 so the server scores the prompt and generates nothing; with
 `prompt_logprobs` vLLM's extension (passed in `extra_body`) is read instead.
 
-A server answer is used only when it provably scored the tokens we sent (`replies`); anything
-else raises EndpointError naming the document: wrong numbers are never returned.
+A server answer is used only when it provably scored the tokens we sent (`replies`) and its
+log-probs are <= 0 (`base.LOGPROB_RULE`); anything else raises EndpointError naming the document
+and window: wrong numbers are never returned.
 (llama-cpp-python's server fails these checks: see tests/test_llamacpp.py.) Which replica
 takes a request is `replicas`' call, which failures are retried `bbox_sae.retry`'s, the policy
 labeling uses too; `async_bridge` runs the requests for the synchronous score stage.
@@ -28,11 +29,11 @@ import openai
 from bbox_sae.config import Config, ModelConfig
 from bbox_sae.errors import ConfigError, EndpointError
 from bbox_sae.retry import REQUEST_ERRORS, MalformedReply, classify, retrying
-from bbox_sae.scoring.async_bridge import results_in_order
-from bbox_sae.scoring.base import TokenScores, Window, plan_windows
+from bbox_sae.scoring.async_bridge import gather_or_cancel, results_in_order
+from bbox_sae.scoring.base import LOGPROB_RULE, TokenScores, Window, largest_positive, plan_windows
 from bbox_sae.scoring.hf import start_token_id, tokenize_with_offsets
 from bbox_sae.scoring.replicas import Replica, Replicas
-from bbox_sae.scoring.replies import Misaligned, check_text, echo_entries, prompt_logprob_entries
+from bbox_sae.scoring.replies import Misaligned, check_text, check_tokens, echo_entries, prompt_logprob_entries
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class EndpointScorer:
         tokenizer.model_max_length = 10**12
         self.start_id = start_token_id(tokenizer, model.start_token)
         self.start_text = tokenizer.decode([self.start_id])
+        self._decoded: dict[int, str] = {}
         self.api_key = api_key
         self.rng = random.Random(seed)
         self.retries = 0
@@ -92,7 +94,8 @@ class EndpointScorer:
         ids, offsets = tokenize_with_offsets(self.tokenizer, text)
         input_ids = [self.start_id, *ids.tolist()]
         windows = plan_windows(len(ids), self.cfg.window, self.cfg.stride)
-        parts = await asyncio.gather(*(self._score_window(doc_id, text, input_ids, offsets, w) for w in windows))
+        # One window given up on fails the document: its other windows are cancelled, not left running.
+        parts = await gather_or_cancel(self._score_window(doc_id, text, input_ids, offsets, w) for w in windows)
         lp = np.concatenate(parts) if parts else np.zeros(0)
         if len(lp) != len(ids):
             raise EndpointError(f"model '{self.name}': document '{doc_id}': scored {len(lp)} of {len(ids)} tokens")
@@ -125,39 +128,61 @@ class EndpointScorer:
 
     async def _score_window(self, doc_id: str, text: str, input_ids: list[int], offsets: np.ndarray, w: Window) -> np.ndarray:
         sent = input_ids[w.begin : w.end]
-        if self.cfg.prompt_format == "text":
-            first = max(w.begin, 1) - 1
-            if first and offsets[first, 0] < offsets[first - 1, 1]:
-                raise EndpointError(
-                    f"model '{self.name}': document '{doc_id}': window at token {w.begin} starts inside a character, "
-                    "which a text prompt cannot express; use prompt_format: tokens"
-                )
-            prompt, c0 = self._window_text(text, offsets, w)
-        else:
-            prompt = sent
+        prompt, c0 = self._prompt(doc_id, text, offsets, sent, w)
         choice = await self._post(doc_id, self._request(prompt))
         where = f"model '{self.name}': document '{doc_id}', tokens {w.begin}-{w.end - 1}"
         try:
-            if self.cfg.prompt_logprobs:
-                lps = prompt_logprob_entries(choice, sent)
-            else:
-                tokens, lps = echo_entries(choice, len(sent), self.cfg.max_tokens)
-                if self.cfg.prompt_format == "text":
-                    doc_first = 1 if w.begin == 0 else 0
-                    check_text(tokens[doc_first:], text, c0, offsets[max(w.begin, 1) - 1 : w.end - 1, 1])
-            targets = lps[w.first_target - w.begin :]
-            missing = [w.first_target + i for i, v in enumerate(targets) if v is None]
-            if missing:
-                raise Misaligned(f"no log-prob for token position(s) {missing[:5]}")
+            out = self._target_logprobs(choice, sent, text, c0, offsets, w)
         except Misaligned as err:
             self.failures += 1
             raise EndpointError(f"{where}: the server's answer cannot be aligned with the local tokenizer: {err}") from None
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as err:
             self.failures += 1
             raise EndpointError(f"{where}: unexpected response shape ({type(err).__name__}: {err})") from None
+        at = largest_positive(out)
+        if at is not None:
+            self.failures += 1
+            raise EndpointError(
+                f"{where}: log-prob {out[at]:.4g} > 0 at token position {w.first_target + at}; {LOGPROB_RULE}, so the server's numbers cannot be used"
+            )
+        return out
+
+    def _prompt(self, doc_id: str, text: str, offsets: np.ndarray, sent: list[int], w: Window) -> tuple[str | list[int], int]:
+        """What is sent for the window: its token ids, or its text and where that starts in the document."""
+        if self.cfg.prompt_format != "text":
+            return sent, 0
+        first = max(w.begin, 1) - 1
+        if first and offsets[first, 0] < offsets[first - 1, 1]:
+            raise EndpointError(
+                f"model '{self.name}': document '{doc_id}': window at token {w.begin} starts inside a character, "
+                "which a text prompt cannot express; use prompt_format: tokens"
+            )
+        return self._window_text(text, offsets, w)
+
+    def _target_logprobs(self, choice, sent: list[int], text: str, c0: int, offsets: np.ndarray, w: Window) -> np.ndarray:
+        """The log-probs of the window's targets, from an answer that provably scored `sent`; Misaligned if it did not."""
+        if self.cfg.prompt_logprobs:
+            lps = prompt_logprob_entries(choice, sent)
+        else:
+            tokens, lps = echo_entries(choice, len(sent), self.cfg.max_tokens)
+            if self.cfg.prompt_format == "text":
+                doc_first = 1 if w.begin == 0 else 0
+                check_text(tokens[doc_first:], text, c0, offsets[max(w.begin, 1) - 1 : w.end - 1, 1])
+            else:
+                check_tokens(tokens, sent, self._token_strings(sent))
+        targets = lps[w.first_target - w.begin :]
+        missing = [w.first_target + i for i, v in enumerate(targets) if v is None]
+        if missing:
+            raise Misaligned(f"no log-prob for token position(s) {missing[:5]}")
         out = np.asarray(targets, dtype=np.float64)
         out[out <= VLLM_LOGPROB_FLOOR] = -np.inf
         return out
+
+    def _token_strings(self, ids: list[int]) -> list[str]:
+        """Each token id decoded on its own (cached: a vocabulary's worth at most)."""
+        new = list({i for i in ids if i not in self._decoded})
+        self._decoded.update(zip(new, self.tokenizer.batch_decode([[i] for i in new])))
+        return [self._decoded[i] for i in ids]
 
     # -- requests: one attempt per replica, retried as bbox_sae.retry says ------------------------
 
@@ -205,4 +230,4 @@ class EndpointScorer:
             ok = False
             raise
         finally:
-            await self.replicas.release(replica, ok)
+            self.replicas.release(replica, ok)

@@ -1,8 +1,10 @@
 """Checks that a completions server's answer scored the very tokens we sent.
 
 - echo: one entry per prompt token plus exactly `max_tokens` generated ones, the first entry
-  without a log-prob, and `text_offset` tiling the echoed token strings; in text mode the
-  echoed strings must also spell the window's text with our token boundaries (`check_text`);
+  without a log-prob, and `text_offset` tiling the echoed token strings; each echoed token is
+  the one sent (`check_tokens`: a count alone would take an answer to another prompt of the
+  same length), or in text mode the echoed strings spell the window's text with our token
+  boundaries (`check_text`);
 - prompt_logprobs: one entry per prompt token, each naming the very token id we planned.
 Anything else raises Misaligned, which the scorer turns into an EndpointError naming the document.
 """
@@ -54,6 +56,23 @@ def prompt_logprob_entries(choice, sent: list[int]) -> list[float | None]:
             raise Misaligned(f"prompt token {j} is not token id {sent[j]} (got ids {sorted(entries[j] or {})[:5]})")
         out.append(entry["logprob"] if isinstance(entry, dict) else entry)
     return out
+
+
+# vLLM's `return_tokens_as_token_ids` names each echoed token by its id.
+TOKEN_ID_PREFIX = "token_id:"
+
+
+def check_tokens(echoed: list[str], sent: list[int], decoded: list[str]) -> None:
+    """Token prompts: echoed entry j is token `sent[j]`. By id where the server names ids;
+    otherwise by its text against `decoded[j]` (our tokenizer's `sent[j]` alone), ignoring
+    whitespace (servers render a token alone, ' world' as 'world', or as the text it adds), and
+    taking on trust a piece of a character (empty, or U+FFFD on either side)."""
+    for j, (got, sent_id, want) in enumerate(zip(echoed, sent, decoded)):
+        if got.startswith(TOKEN_ID_PREFIX):
+            if got != f"{TOKEN_ID_PREFIX}{sent_id}":
+                raise Misaligned(f"echoed token {j} is {got!r}, but token id {sent_id} was sent")
+        elif "".join(got.split()) != "".join(want.split()) and got and "\ufffd" not in got + want:
+            raise Misaligned(f"echoed token {j} is {got!r}, but token id {sent_id} ({want!r}) was sent: is this the answer to another prompt?")
 
 
 def check_text(tokens: list[str], text: str, c0: int, ends: np.ndarray) -> None:

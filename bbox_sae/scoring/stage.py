@@ -27,7 +27,7 @@ from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import ArtifactError, ScoringError
 from bbox_sae.schemas import LOGPROB_SCHEMA
 from bbox_sae.scoring.align import align_logprobs
-from bbox_sae.scoring.base import Scorer, ScoringStats
+from bbox_sae.scoring.base import LOGPROB_RULE, Scorer, ScoringStats, largest_positive
 
 log = logging.getLogger(__name__)
 
@@ -196,16 +196,15 @@ def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, t
 
 def _null_nonfinite(name: str, src: Path, theirs: pa.Table) -> pa.Table:
     """NaN / -inf in users' log-probs become nulls (as for our own scorers), with a warning naming the
-    documents; a positive log-prob, +inf included, is an error (a probability above 1: negative log-likelihoods?)."""
+    documents; a positive log-prob, +inf included, is an error, as from a server (`largest_positive`)."""
     values = theirs["logprob"].to_numpy(zero_copy_only=False).astype(np.float64)  # nulls read as NaN
     stored = theirs["logprob"].is_valid().to_numpy(zero_copy_only=False)
     finite = np.isfinite(values)
-    # +inf is a probability above 1 like any positive value (not a model failure like NaN / -inf).
-    if np.any(values > 1e-9):
-        i = int(np.argmax(np.where(np.isnan(values), -np.inf, values)))
+    i = largest_positive(values)
+    if i is not None:
         raise ArtifactError(
             f"{src}: log-prob {values[i]:.4g} > 0 for document '{theirs['doc_id'][i].as_py()}' word {theirs['word_idx'][i].as_py()}; "
-            "log-probs must be <= 0 (natural log); are these negative log-likelihoods?"
+            f"{LOGPROB_RULE}; are these negative log-likelihoods?"
         )
     fault = stored & ~finite
     if not fault.any():
