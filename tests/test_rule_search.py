@@ -31,6 +31,9 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
     rules += [Rule("class", c, "context", flag) for c, flag in product(classes, context.ALONE)]
     marks = [f for f in forms if not any(ch.isalnum() for ch in f[2:]) and f[2:].strip()]
     rules += [Rule("form", f, "context", flag) for f, flag in product(forms, context.WITH_FORM) if flag not in context.COMPLEMENTS or f in marks]
+    # A form with a cue word shortly before, kept only where the form's words all together show at
+    # most half the cue's difference in its direction.
+    rules += [Rule("form", f, "cue", g) for f, g in product(forms, forms) if any(ch.isalnum() for ch in g[2:])]
     out = {}
     for r in rules:
         rows = train[r.mask(attrs, train)]
@@ -38,6 +41,9 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
             continue
         dlogp, dp = np.median(lp_a[rows] - lp_b[rows]), np.median(np.exp(lp_a[rows]) - np.exp(lp_b[rows]))
         sign = np.sign(dlogp) if abs(dlogp) > min_dlogp else np.sign(dp) if abs(dp) > min_dp else 0
+        if sign and r.left_kind == "cue":
+            form_rows = train[Rule("form", r.word_value).mask(attrs, train)]
+            sign = sign if np.median(lp_a[form_rows] - lp_b[form_rows]) * sign < 0.5 * abs(dlogp) else 0
         if sign:
             out[r] = (int(sign), rows, holdout[r.mask(attrs, holdout)])
     return out

@@ -29,6 +29,9 @@ RULES = [
     Rule("form", "f: ", None, None),
     *(Rule(None, None, "context", flag) for flag in context.ALONE),
     Rule("class", "c:capitalised", "context", "in_brackets"),
+    Rule("form", "f:lord", "cue", "f:why"),
+    Rule("form", "f:?", "cue", "f:12"),
+    Rule(None, None, "cue", "f:s"),
 ]
 
 

@@ -98,7 +98,20 @@ def _holds(rule: dict, doc: _Document, i: int) -> bool:
         return prev is None or (prev.count("\n") > 1 if value == "after_blank" else "\n" in prev)
     if kind == "context":
         return bool(doc.flags[value][i])
+    if kind == "cue":
+        return value[2:] in _words_before(words, i, context.CUE_WINDOW)
     return True
+
+
+def _words_before(words: list[str], i: int, n: int) -> set[str]:
+    """The forms of the last `n` words with a letter or digit before word `i`."""
+    found: list[str] = []
+    for w in reversed(words[:i]):
+        if regex.search(r"[\p{L}\p{N}]", w):
+            found.append(form_of(w))
+            if len(found) == n:
+                break
+    return set(found)
 
 
 def _word_set_holds(word_set: dict, doc: _Document, i: int) -> bool:

@@ -17,6 +17,9 @@ from collections import Counter
 
 import numpy as np
 
+# A cue word's scope: "'were' with 'if' among the 8 words before" ("if you were", "if it please
+# you that I were"), the conditional the paper names, a negation's or a question word's reach.
+CUE_WINDOW = 8
 REPEAT_GAP = 30  # a repeat is long-range when the form's last use is more than this many words back
 OPENING_WORDS = 5  # "among the first words of the text"
 RARE_COUNT = 2  # a form seen at most this many times in the corpus is rare
@@ -86,6 +89,19 @@ def document_flags(words: list[str], rare_forms: frozenset[str]) -> np.ndarray:
         quotes += text.count('"') + text.count("\u201c") + text.count("\u201d")
         if text.rstrip(CLOSERS)[-1:] in SENTENCE_ENDS or raw.count("\n") > 1:
             sentence_wh = None
+    return out
+
+
+def cue_windows(codes: list[int], is_word: list[bool]) -> np.ndarray:
+    """(len(codes), CUE_WINDOW) int32: per word, the form codes of the last `CUE_WINDOW` words (with a
+    letter or digit) before it in its document, nearest first, each form once, -1 where none."""
+    out = np.full((len(codes), CUE_WINDOW), -1, dtype=np.int32)
+    recent: list[int] = []
+    for i, (code, word) in enumerate(zip(codes, is_word)):
+        seen = list(dict.fromkeys(reversed(recent)))
+        out[i, : len(seen)] = seen
+        if word:
+            recent = (recent + [code])[-CUE_WINDOW:]
     return out
 
 

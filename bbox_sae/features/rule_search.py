@@ -100,14 +100,52 @@ def _rows_by_key(keys: np.ndarray, rows: np.ndarray, wanted: np.ndarray) -> dict
     return {int(k): part for k, part in zip(uniq, np.split(rows, starts[1:]))} if len(uniq) else {}
 
 
+def _cue_pairs(attrs: WordAttributes, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, key) for every row and every form in its cue window (the word right before too, as
+    `Rule.mask` reads a cue): key = word form x vocabulary + cue form."""
+    window = attrs.window[rows]
+    at = np.nonzero(window >= 0)
+    return rows[at[0]], attrs.form[rows][at[0]].astype(np.int64) * len(attrs.vocab) + window[at]
+
+
+def search_cue_rules(
+    attrs: WordAttributes, train: np.ndarray, holdout: np.ndarray, dlogp: np.ndarray, dp: np.ndarray, min_words: int, min_dlogp: float, min_dp: float
+) -> list[SearchedRule]:
+    """Rules of a form with a cue word shortly before ("'were' with 'if' among the 8 words before"),
+    only where the cue is what differs: the form's words all together do not pass half the effect
+    rule in that direction. A form that differs everywhere has a cue rule for every common word
+    near it, each saying less than the form alone; a difference only a cue shows has none."""
+    rows, keys = _cue_pairs(attrs, train)
+    uniq, counts, med_logp = group_medians(keys, dlogp[rows])
+    _, _, med_p = group_medians(keys, dp[rows])
+    sign = np.where(np.abs(med_logp) > min_dlogp, np.sign(med_logp), np.where(np.abs(med_p) > min_dp, np.sign(med_p), 0)).astype(int)
+    forms, _, form_logp = group_medians(attrs.form[train].astype(np.int64), dlogp[train])
+    form_of_key = uniq // len(attrs.vocab)
+    at = np.minimum(np.searchsorted(forms, form_of_key), max(len(forms) - 1, 0))
+    everywhere = np.where(forms[at] == form_of_key, form_logp[at], 0.0) * sign
+    chosen = (counts >= min_words) & (sign != 0) & (everywhere < 0.5 * np.abs(med_logp))
+    wanted, signs = uniq[chosen], sign[chosen]
+    train_of = _rows_by_key(keys, rows, wanted)
+    holdout_rows, holdout_keys = _cue_pairs(attrs, holdout)
+    holdout_of = _rows_by_key(holdout_keys, holdout_rows, wanted)
+    empty = np.zeros(0, dtype=train.dtype)
+    out = []
+    for key, s in zip(wanted.tolist(), signs.tolist()):
+        word, cue = divmod(key, len(attrs.vocab))
+        out.append(SearchedRule(Rule("form", attrs.vocab[word], "cue", attrs.vocab[cue]), s, train_of[key], holdout_of.get(key, empty)))
+    return out
+
+
 def search_rules(
     attrs: WordAttributes, train: np.ndarray, holdout: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, min_words: int, min_dlogp: float, min_dp: float
 ) -> list[SearchedRule]:
     """Every rule of `SHAPES` with at least `min_words` train words whose train median passes the
-    effect rule, with the sign of that median (log-prob first; Δp when only it passes)."""
+    effect rule, with the sign of that median (log-prob first; Δp when only it passes), and the cue
+    rules whose cue is what differs (`search_cue_rules`)."""
     dlogp = lp_a - lp_b
     dp = np.exp(lp_a) - np.exp(lp_b)
     found: list[SearchedRule] = []
+    found += search_cue_rules(attrs, train, holdout, dlogp, dp, min_words, min_dlogp, min_dp)
     for shape in SHAPES:
         rows, keys = _keys(attrs, shape, train)
         uniq, counts, med_logp = group_medians(keys, dlogp[rows])

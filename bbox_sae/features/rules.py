@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from bbox_sae.features.context import ALONE as ALONE_FLAGS
-from bbox_sae.features.context import BEYOND_SHOWN, FLAGS, document_flags, rare_forms
+from bbox_sae.features.context import BEYOND_SHOWN, CUE_WINDOW, FLAGS, cue_windows, document_flags, rare_forms
 from bbox_sae.features.context import PHRASES as CONTEXT_PHRASES
 
 # English function-word classes, used only to phrase left-context rules ("after an auxiliary").
@@ -128,6 +128,7 @@ class WordAttributes:
     after_blank: np.ndarray  # bool
     vocab: list[str]
     context: np.ndarray  # (n, len(context.FLAGS)) bool: what the document holds further left
+    window: np.ndarray  # (n, CUE_WINDOW) int: the forms of the words shortly before (`context.cue_windows`)
 
     @cached_property
     def code(self) -> dict[str, int]:
@@ -146,6 +147,7 @@ class WordAttributes:
             self.after_blank[positions],
             self.vocab,
             self.context[positions],
+            self.window[positions],
         )
 
 
@@ -158,7 +160,9 @@ def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -
         return ids.setdefault(s, len(ids))
 
     form, cls, left_form, left_cls, left2_form, line_start, after_blank = [], [], [], [], [], [], []
+    windows = []
     for words in docs:
+        start = len(form)
         prev = prev2 = None
         for w in words:
             form.append(code("f:" + normalize_form(w)))
@@ -169,6 +173,7 @@ def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -
             line_start.append(prev is None or "\n" in prev)
             after_blank.append(prev is None or prev.count("\n") > 1)
             prev2, prev = prev, w
+        windows.append(cue_windows(form[start:], [any(ch.isalnum() for ch in w) for w in words]))
     vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
     arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
     rare = rare_forms(docs) if rare is None else rare
@@ -184,6 +189,7 @@ def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -
         np.asarray(after_blank, dtype=bool),
         vocab,
         context,
+        np.concatenate(windows) if windows else np.zeros((0, CUE_WINDOW), dtype=np.int32),
     )
 
 
@@ -219,6 +225,8 @@ class Rule:
             m &= take(attrs.line_start if self.left_value == "line_start" else attrs.after_blank)
         elif self.left_kind == "context":
             m &= take(attrs.context[:, FLAGS.index(self.left_value)])
+        elif self.left_kind == "cue":
+            m &= (take(attrs.window) == code.get(self.left_value, -2)).any(axis=1)
         elif self.left_kind:
             col = {"form": attrs.left_form, "class": attrs.left_cls, "form2": attrs.left2_form}[self.left_kind]
             m &= take(col) == code.get(self.left_value, -1)
@@ -234,6 +242,8 @@ class Rule:
             return f"{subject} {CONTEXT_PHRASES[self.left_value]}"
         if self.left_kind == "form2":
             return f"{subject} two words after {_phrase('form', self.left_value)}"
+        if self.left_kind == "cue":
+            return f"{subject} with {_phrase('form', self.left_value)} among the {CUE_WINDOW} words before"
         return f"{subject} right after {_phrase(self.left_kind, self.left_value)}"
 
     def as_dict(self) -> dict:
@@ -283,6 +293,18 @@ def _candidates(attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -
         if attrs.context[top_rows, FLAGS.index(flag)].sum() >= min_share * n:
             left_parts.append(("context", flag))
     return word_parts, left_parts
+
+
+def common_cues(attrs: WordAttributes, rows: np.ndarray, min_share: float) -> list[int]:
+    """The forms among the words shortly before at least `min_share` of `rows` (each row's window
+    holds a form once), but those mostly right before, which the left form already says."""
+    if len(rows) == 0:
+        return []
+    window = attrs.window[rows]
+    counts = Counter(window.ravel().tolist())
+    counts.pop(-1, None)
+    right_before = Counter(window[:, 0][window[:, 0] == attrs.left_form[rows]].tolist())
+    return [v for v, c in counts.items() if c >= min_share * len(rows) and right_before[v] < 0.5 * c]
 
 
 def fit_rule(rule: Rule, attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray) -> RuleFit:

@@ -187,9 +187,10 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
 
 
 PLACE = "place"  # what joins units of one such place in `finding_groups`, in place of a latent
-# Places that join alone: a layout, or one named word before ('lord' and 'mother' right after 'my').
-# A class before ("after an auxiliary", "after punctuation") is too broad to: it needs a latent.
-PLACES_THAT_JOIN = ("layout", "form")
+# Places that join alone: a layout, one named word before ('lord' and 'mother' right after 'my'), or
+# one cue word shortly before ('were' and 'be' with 'if' among the words before). A class before
+# ("after an auxiliary", "after punctuation") is too broad to: it needs a latent.
+PLACES_THAT_JOIN = ("layout", "form", "cue")
 
 
 def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> list[Tested]:
