@@ -32,7 +32,7 @@ def _corpus(rng, n_docs=400):
         for _ in range(6):
             cue = rng.random() < 0.4
             sentence = [" if", " you", " were", " here"] if cue else [" you", " were", " here"]
-            sentence += [" love", "."]
+            sentence += [" love", "."] + [" la"] * 8  # the next sentence's window does not reach this one's 'if'
             for w in sentence:
                 words.append(w)
                 d.append(2.0 if (w == " were" and cue) or w == " love" else 0.0)

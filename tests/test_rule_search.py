@@ -32,7 +32,7 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
     marks = [f for f in forms if not any(ch.isalnum() for ch in f[2:]) and f[2:].strip()]
     rules += [Rule("form", f, "context", flag) for f, flag in product(forms, context.WITH_FORM) if flag not in context.COMPLEMENTS or f in marks]
     # A form with a cue word shortly before, kept only where the form's words all together show at
-    # most half the cue's difference in its direction.
+    # most half the cue's difference in its direction, and the cue stands before at most half of them.
     rules += [Rule("form", f, "cue", g) for f, g in product(forms, forms) if any(ch.isalnum() for ch in g[2:])]
     out = {}
     for r in rules:
@@ -43,7 +43,8 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
         sign = np.sign(dlogp) if abs(dlogp) > min_dlogp else np.sign(dp) if abs(dp) > min_dp else 0
         if sign and r.left_kind == "cue":
             form_rows = train[Rule("form", r.word_value).mask(attrs, train)]
-            sign = sign if np.median(lp_a[form_rows] - lp_b[form_rows]) * sign < 0.5 * abs(dlogp) else 0
+            context_only = np.median(lp_a[form_rows] - lp_b[form_rows]) * sign < 0.5 * abs(dlogp)
+            sign = sign if context_only and len(rows) <= 0.5 * len(form_rows) else 0
         if sign:
             out[r] = (int(sign), rows, holdout[r.mask(attrs, holdout)])
     return out

@@ -100,6 +100,9 @@ def _rows_by_key(keys: np.ndarray, rows: np.ndarray, wanted: np.ndarray) -> dict
     return {int(k): part for k, part in zip(uniq, np.split(rows, starts[1:]))} if len(uniq) else {}
 
 
+MAX_CUE_SHARE = 0.5  # of a form's train words, the most a cue may stand before
+
+
 def _cue_pairs(attrs: WordAttributes, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, key) for every row and every form in its cue window (the word right before too, as
     `Rule.mask` reads a cue): key = word form x vocabulary + cue form."""
@@ -119,11 +122,14 @@ def search_cue_rules(
     uniq, counts, med_logp = group_medians(keys, dlogp[rows])
     _, _, med_p = group_medians(keys, dp[rows])
     sign = np.where(np.abs(med_logp) > min_dlogp, np.sign(med_logp), np.where(np.abs(med_p) > min_dp, np.sign(med_p), 0)).astype(int)
-    forms, _, form_logp = group_medians(attrs.form[train].astype(np.int64), dlogp[train])
+    forms, form_counts, form_logp = group_medians(attrs.form[train].astype(np.int64), dlogp[train])
     form_of_key = uniq // len(attrs.vocab)
     at = np.minimum(np.searchsorted(forms, form_of_key), max(len(forms) - 1, 0))
     everywhere = np.where(forms[at] == form_of_key, form_logp[at], 0.0) * sign
-    chosen = (counts >= min_words) & (sign != 0) & (everywhere < 0.5 * np.abs(med_logp))
+    # A cue before most of a form's words names no condition: "'himself' with 'the' among the 8
+    # words before" was a demo finding, 'the' being near nearly every word.
+    condition = counts <= MAX_CUE_SHARE * form_counts[at]
+    chosen = (counts >= min_words) & (sign != 0) & (everywhere < 0.5 * np.abs(med_logp)) & condition
     wanted, signs = uniq[chosen], sign[chosen]
     train_of = _rows_by_key(keys, rows, wanted)
     holdout_rows, holdout_keys = _cue_pairs(attrs, holdout)

@@ -328,7 +328,7 @@ def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: Find
     # Said by the members whose words it holds whole: a member's rule where only part of its words
     # are the finding's would say words the finding does not hold.
     stating = [members[i] for i in rows["whole"]]
-    proposers = sorted({m for u in members for m in u.latents})
+    proposers = _named_latents(members, train_rows, top, fcfg.member_min_share)
     latents = sorted({*proposers, *(m for u in members for m in u.carriers)})
     stats = pair_stats(train_rows, holdout_rows, lp_by_row[a], lp_by_row[b], fcfg.bootstrap_samples, inputs.seed, inputs.doc_by_row)
     if not union_holds(stats, sign, fcfg):
@@ -371,6 +371,17 @@ def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: Find
             rule=None, rule_json=None, rule_precision=None, rule_recall=None, rule_f1=None, statement=word_set.describe(), word_set_json=word_set.to_json()
         )
     return row
+
+
+def _named_latents(members: list[Tested], train_rows: np.ndarray, top, min_share: float) -> list[int]:
+    """The latents a finding names as its proposers: a latent whose own group of words is a member,
+    and a latent that proposed a rule only where the finding's train words hold at least `min_share`
+    of its train top words (`findings.expresses`). On the demo 'liege' named latents whose top words
+    were 'honour', 'cousin', 'page', 2-10% of them 'liege': they proposed it from a few carrying
+    words, but a reader following the name would find another feature."""
+    own = {m for u in members if u.kind == "latent" for m in u.latents}
+    proposed = {m for u in members for m in u.latents}
+    return sorted(m for m in proposed if m in own or expresses(train_rows, top_words(top, "train", m), min_share))
 
 
 def _not_said_twice(rules: list, attrs: WordAttributes, rows: np.ndarray) -> list:
