@@ -137,3 +137,17 @@ def test_artifacts_are_named_by_what_most_of_a_findings_words_rest_on():
     assert artifact_of(attrs, np.array([9, 13, 14, 6])) == "layout"
     assert artifact_of(attrs, np.array([5, 8, 7])) == "markup"
     assert artifact_of(attrs, np.array([6, 7, 10, 11])) is None
+
+
+def test_a_finding_names_as_proposer_only_a_latent_whose_top_words_are_a_real_share_of_it():
+    from bbox_sae.features.activations import TopActivations
+    from bbox_sae.features.tested_findings import _named_latents
+
+    # Latent 0's top words are the finding's; latent 1's are 1 in 10 (it proposed from a few
+    # carrying words); latent 2 proposed its own group of words, whatever its top words hold.
+    rows = np.array([[*range(10)], [0, *range(100, 109)], [*range(200, 210)]])
+    top = TopActivations({"train": np.ones((3, 10))}, {"train": rows}, np.ones(3), 1000)
+    finding = np.arange(0, 20)
+    rule = candidates.Tested("rule", ("a", "b"), 1, [0, 1], finding, finding)
+    group = candidates.Tested("latent", ("a", "b"), 1, [2], finding, finding)
+    assert _named_latents([rule, group], finding, top, 0.2) == [0, 2]
