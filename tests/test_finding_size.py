@@ -2,6 +2,8 @@
 said by the members that carry its difference, a finding inside another is no finding of its own,
 evidence from identical contexts counts once, intervals resample documents, artifacts are named."""
 
+import json
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,18 +84,22 @@ def test_no_apostrophe_d_or_s_is_an_auxiliary_verb():
 
 
 def test_a_finding_whose_words_outside_a_larger_one_do_not_differ_is_not_its_own():
-    lp_a = np.zeros(300)
-    lp_a[:100] = 2.0  # the larger finding: rows 0-99 differ
-    lp_b = np.zeros(300)
+    from bbox_sae.config import FeaturesConfig
+
+    fcfg = FeaturesConfig()
+    lp_a = np.full(300, -3.0)
+    lp_a[:100] = -1.0  # the larger finding: rows 0-99 differ
+    lp_b = np.full(300, -3.0)
     key = (("a", "b"), 1)
     larger = {"train": np.arange(0, 100)}
     half_inside = {"train": np.concatenate([np.arange(50, 100), np.arange(200, 250)])}  # its other half: no difference
     own_half = {"train": np.concatenate([np.arange(50, 100), np.arange(100, 150)])}
-    lp_a[100:150] = 2.0
-    assert own_differences([larger, half_inside], [key, key], {"a": lp_a, "b": lp_b}) == [True, False]
-    assert own_differences([larger, own_half], [key, key], {"a": lp_a, "b": lp_b}) == [True, True]
+    lp_a[100:150] = -1.5  # differs outside the larger finding, by less than inside it
+    lps = {"a": lp_a, "b": lp_b}
+    assert own_differences([larger, half_inside], [key, key], lps, fcfg) == [True, False]
+    assert own_differences([larger, own_half], [key, key], lps, fcfg) == [True, True]
     other_winner = (("a", "b"), -1)
-    assert own_differences([larger, half_inside], [key, other_winner], {"a": lp_a, "b": lp_b}) == [True, True]
+    assert own_differences([larger, half_inside], [key, other_winner], lps, fcfg) == [True, True]
 
 
 def test_repeats_of_one_context_count_once_wherever_the_first_stands():
@@ -151,3 +157,19 @@ def test_a_finding_names_as_proposer_only_a_latent_whose_top_words_are_a_real_sh
     rule = candidates.Tested("rule", ("a", "b"), 1, [0, 1], finding, finding)
     group = candidates.Tested("latent", ("a", "b"), 1, [2], finding, finding)
     assert _named_latents([rule, group], finding, top, 0.2) == [0, 2]
+
+
+def test_a_group_narrowed_to_its_carrying_left_forms_says_them_and_reads_back_the_same():
+    from bbox_sae.evaluation.statement_truth import _Document, _word_set_holds
+    from bbox_sae.features.word_sets import WordSet
+
+    words = [" is", " banished", " was", " married", " have", " banished", " be", " married", " the", " banished"]
+    attrs = word_attributes([words])
+    narrowed = WordSet(("banished", "married"), (3, 2), left=Rule(None, None, "class", "c:auxiliary"), left_forms=("f:is", "f:was", "f:be"))
+    assert narrowed.describe() == "a group of 2 word forms, most often 'banished', 'married' right after 'is', 'was' or 'be'"
+    rows = np.arange(len(words))
+    assert rows[narrowed.mask(attrs, rows)].tolist() == [1, 3, 7]
+    again = WordSet.from_json(narrowed.to_json())
+    assert again == narrowed
+    doc = _Document(words, {})
+    assert [i for i in rows if _word_set_holds(json.loads(narrowed.to_json()), doc, int(i))] == [1, 3, 7]

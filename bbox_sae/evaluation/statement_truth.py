@@ -119,6 +119,8 @@ def _word_set_holds(word_set: dict, doc: _Document, i: int) -> bool:
     listed = form in word_set["forms"]
     suffix = word_set.get("suffix")
     ends = bool(suffix) and form.endswith(suffix) and len(form) > len(suffix) + 1 and form not in word_set.get("excluded", ())
+    if word_set.get("left_forms"):
+        return (listed or ends) and form_of(doc.words[i - 1] if i else None) in {f[2:] for f in word_set["left_forms"]}
     left = word_set.get("left")
     return (listed or ends) and (left is None or _holds(left, doc, i))
 

@@ -31,7 +31,7 @@ from bbox_sae.schemas import TestedRuleRecord
 # the rule-search baseline is recorded. 8: a finding said by a member's word set keeps that set's
 # exclusions. 9: a left word joins like a layout; a latent's group that rules hold and that mixes
 # punctuation and words is not kept. 10: a place joins one kind of token.
-FINDINGS_VERSION = 27
+FINDINGS_VERSION = 28
 
 
 def rule_columns(fit: LatentRule | None) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -53,15 +54,24 @@ def _rule_units(kept: list[Tested], attrs: WordAttributes, lp_by_row: dict[str, 
 
 
 def _narrow(unit: Tested, attrs: WordAttributes, lp_by_row: dict[str, np.ndarray]) -> None:
-    """A unit whose head says "right after <a class>" where only some of the class's words carry
-    the difference keeps those words only, said by one rule per carrying left form."""
-    forms = narrower_left_forms(unit.rule, attrs, unit.train_rows, lp_by_row[unit.pair[0]], lp_by_row[unit.pair[1]], unit.sign)
+    """A unit whose head (a rule, or a latent's group of words) says "right after <a class>" where
+    only some of the class's words carry the difference keeps those words only, said by the
+    carrying left forms: one rule per form, or the group with those forms to its left."""
+    said = unit.rule if unit.rule is not None else unit.word_set.left if unit.word_set is not None else None
+    if said is None:
+        return
+    forms = narrower_left_forms(said, attrs, unit.train_rows, lp_by_row[unit.pair[0]], lp_by_row[unit.pair[1]], unit.sign)
     if forms is None:
         return
-    rules = tuple(Rule(unit.rule.word_kind, unit.rule.word_value, "form", f) for f in forms)
-    unit.train_rows = unit.train_rows[any_mask(list(rules), attrs, unit.train_rows)]
-    unit.holdout_rows = unit.holdout_rows[any_mask(list(rules), attrs, unit.holdout_rows)]
-    unit.said_by = unit.members = rules
+    if unit.rule is not None:
+        rules = tuple(Rule(unit.rule.word_kind, unit.rule.word_value, "form", f) for f in forms)
+        holds = lambda rows: any_mask(list(rules), attrs, rows)  # noqa: E731
+        unit.said_by = unit.members = rules
+    else:
+        unit.word_set = replace(unit.word_set, left_forms=tuple(forms))
+        holds = lambda rows: unit.word_set.mask(attrs, rows)  # noqa: E731
+    unit.train_rows = unit.train_rows[holds(unit.train_rows)]
+    unit.holdout_rows = unit.holdout_rows[holds(unit.holdout_rows)]
 
 
 def _unit(kept: list[Tested], g: list[int], head: Tested) -> Tested:
@@ -214,6 +224,7 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
         s for s in _absorb_stated_sets(units, [t for t in kept if t.kind == "latent"]) if _more_than_its_rules(s, units, inputs.attrs, inputs.lp_by_row, fcfg)
     ]
     for s in sets:
+        _narrow(s, inputs.attrs, inputs.lp_by_row)
         s.place = unit_place(s, inputs.attrs)
     for u in units + sets:
         u.token_kind = token_kind(inputs.attrs, u.holdout_rows)
@@ -234,7 +245,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     units = _kept_units(tested, inputs, fires, column)
     groups = finding_groups(units, fcfg.finding_overlap)
     words_of = [finding_rows([units[i] for i in g], inputs.lp_by_row, fcfg.finding_overlap) for g in groups]
-    own = own_differences(words_of, [units[g[0]].key for g in groups], inputs.lp_by_row)
+    own = own_differences(words_of, [units[g[0]].key for g in groups], inputs.lp_by_row, fcfg)
     made = [(_finding_row(g, units, rows, inputs, fires, column), rows) for g, rows, mine in zip(groups, words_of, own) if mine]
     made = [(f, rows) for f, rows in made if f is not None]
     findings = [dict(f, finding=i) for i, (f, _) in enumerate(made)]
@@ -286,12 +297,14 @@ def finding_rows(members: list[Tested], lp_by_row: dict[str, np.ndarray], contai
 OWN_OVERLAP = 0.2
 
 
-def own_differences(words_of: list[dict], keys: list[tuple], lp_by_row: dict[str, np.ndarray]) -> list[bool]:
+def own_differences(words_of: list[dict], keys: list[tuple], lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> list[bool]:
     """Per finding (its words, its pair and sign), whether it is a difference of its own: not when a
     part of its train words lies in a larger finding of the same pair and winner and the rest do not
-    differ on train (`findings.adds_the_difference`). Planted: "punctuation right after '3'" was half
-    the words of the finding ')' and half words where nothing differs; its difference was the other
-    finding's. Largest first, so that a finding dropped drops no other."""
+    differ on train (their median fails the effect rule). Planted: "punctuation right after '3'" was
+    half the words of the finding ')' and half words where nothing differs; its difference was the
+    other finding's. Not a ratio to the shared words' difference: punctuation after 'lord', half of
+    it commas, differs outside the commas too, by less than where both differences add up. Largest
+    first, so that a finding dropped drops no other."""
     order = sorted(range(len(words_of)), key=lambda i: -len(words_of[i]["train"]))
     own = [True] * len(words_of)
     for rank, i in enumerate(order):
@@ -301,10 +314,19 @@ def own_differences(words_of: list[dict], keys: list[tuple], lp_by_row: dict[str
                 continue
             shared = in_sorted(mine, words_of[j]["train"])
             (a, b), sign = keys[i]
-            if shared.mean() >= OWN_OVERLAP and not adds_the_difference(mine, mine[shared], lp_by_row[a], lp_by_row[b], sign):
+            if shared.mean() >= OWN_OVERLAP and not differs(mine[~shared], lp_by_row[a], lp_by_row[b], sign, fcfg):
                 own[i] = False
                 break
     return own
+
+
+def differs(rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, sign: int, fcfg: FeaturesConfig) -> bool:
+    """Whether `rows` show the difference in `sign`'s direction by the effect rule (median Δlog p or Δp)."""
+    if len(rows) == 0:
+        return False
+    dlogp = sign * float(np.median(lp_a[rows] - lp_b[rows]))
+    dp = sign * float(np.median(np.exp(lp_a[rows]) - np.exp(lp_b[rows])))
+    return dlogp > fcfg.min_abs_median_dlogp or dp > fcfg.min_abs_median_dp
 
 
 def union_holds(stats: dict, sign: int, fcfg: FeaturesConfig) -> bool:

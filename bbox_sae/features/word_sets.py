@@ -47,6 +47,9 @@ class WordSet:
     # speakers' names, most of them after a blank line, a few named in the text).
     usual_left: Rule | None = None
     usual_share: float | None = None
+    # The left forms that carry a difference when `left` (a class) said more than differs
+    # (`findings.narrower_left_forms`): "right after 'is', 'was' or 'be'", not "after an auxiliary verb".
+    left_forms: tuple[str, ...] = ()
 
     def describe(self) -> str:
         shown = ", ".join(_phrase("form", "f:" + f) for f in self.forms[:SHOWN_FORMS])
@@ -59,7 +62,10 @@ class WordSet:
             subject = shown
         else:
             subject = f"a group of {len(self.forms)} word forms, most often {shown}"
-        if self.left is not None:
+        if self.left_forms:
+            lefts = [_phrase("form", f) for f in self.left_forms]
+            subject += " right after " + (", ".join(lefts[:-1]) + " or " + lefts[-1] if len(lefts) > 1 else lefts[0])
+        elif self.left is not None:
             subject += Rule(None, None, self.left.left_kind, self.left.left_value).describe().removeprefix("a word")
         if self.usual_left is not None:
             where = Rule(None, None, self.usual_left.left_kind, self.usual_left.left_value).describe().removeprefix("a word ")
@@ -71,7 +77,9 @@ class WordSet:
         listed, excluded = frozenset(self.forms), frozenset(self.excluded)
         vocab_form = np.array([v.startswith("f:") and self._form_fits(v[2:], listed, excluded) for v in attrs.vocab], dtype=bool)
         fits = vocab_form[attrs.form[rows]]
-        if self.left is not None:
+        if self.left_forms:
+            fits &= np.isin(attrs.left_form[rows], [attrs.code.get(f, -1) for f in self.left_forms])
+        elif self.left is not None:
             fits &= self.left.mask(attrs, rows)
         return fits
 
@@ -95,6 +103,7 @@ class WordSet:
                 "excluded": list(self.excluded),
                 "usual_left": usual,
                 "usual_share": self.usual_share,
+                "left_forms": list(self.left_forms),
             }
         )
 
@@ -103,7 +112,10 @@ class WordSet:
         raw = json.loads(text)
         left = Rule(**raw["left"]) if raw.get("left") else None
         usual = Rule(**raw["usual_left"]) if raw.get("usual_left") else None
-        return cls(tuple(raw["forms"]), tuple(raw["counts"]), raw.get("suffix"), left, tuple(raw.get("excluded", ())), usual, raw.get("usual_share"))
+        return cls(
+            tuple(raw["forms"]), tuple(raw["counts"]), raw.get("suffix"), left, tuple(raw.get("excluded", ())), usual, raw.get("usual_share"),
+            tuple(raw.get("left_forms", ())),
+        )  # fmt: skip
 
 
 def has_suffix(form: str, suffix: str) -> bool:
