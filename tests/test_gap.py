@@ -17,17 +17,27 @@ LP_B = LP_A - DELTA
 
 
 def test_mean_ci_contains_the_mean_and_resamples_documents_not_words():
-    count, mean, low, high = group_means(DELTA, DOC, np.zeros(len(DELTA), dtype=np.int64), 1, N_DOCS)
-    assert count[0] == len(DELTA) and mean[0] == pytest.approx(DELTA.mean())
+    count, documents, mean, low, high = group_means(DELTA, DOC, np.zeros(len(DELTA), dtype=np.int64), 1, N_DOCS)
+    assert count[0] == len(DELTA) and documents[0] == N_DOCS and mean[0] == pytest.approx(DELTA.mean())
     assert low[0] < mean[0] < high[0]
     # Every document with the same mean: resampling documents cannot move it, however much its words vary.
     same = np.tile(np.linspace(-3, 3, PER_DOC), N_DOCS)
-    _, mean, low, high = group_means(same, DOC, np.zeros(len(same), dtype=np.int64), 1, N_DOCS)
+    _, _, mean, low, high = group_means(same, DOC, np.zeros(len(same), dtype=np.int64), 1, N_DOCS)
     assert high[0] - low[0] == pytest.approx(0.0, abs=1e-12) and mean[0] == pytest.approx(0.0, abs=1e-12)
     # Documents that differ give an interval that a word-level bootstrap would make far too narrow.
     doc_level = np.repeat(np.linspace(-1, 1, N_DOCS), PER_DOC)
-    _, _, low, high = group_means(doc_level, DOC, np.zeros(len(doc_level), dtype=np.int64), 1, N_DOCS)
+    _, _, _, low, high = group_means(doc_level, DOC, np.zeros(len(doc_level), dtype=np.int64), 1, N_DOCS)
     assert high[0] - low[0] > 0.3
+
+
+def test_a_group_within_one_document_has_no_interval():
+    """Resampling one document always returns its mean: a zero-width interval would claim certainty."""
+    group = (DOC == 0).astype(np.int64)  # group 1: the words of document 0 alone
+    count, documents, mean, low, high = group_means(DELTA, DOC, group, 2, N_DOCS)
+    assert (count[1], documents[1]) == (PER_DOC, 1) and mean[1] == pytest.approx(DELTA[:PER_DOC].mean())
+    assert np.isnan(low[1]) and np.isnan(high[1]) and low[0] < mean[0] < high[0]
+    (alone,) = [s for s in slices(DELTA, DOC, N_DOCS, {"domain": (group, ["rest", "one play"])}) if s.name == "one play"]
+    assert (alone.documents, alone.ci_low, alone.ci_high) == (1, None, None)
 
 
 def test_perplexities_and_the_mean_are_those_of_the_held_out_words():

@@ -50,11 +50,14 @@ def perplexity(logprob: np.ndarray) -> float:
 def group_means(values: np.ndarray, doc: np.ndarray, group: np.ndarray, n_groups: int, n_docs: int, n_boot: int = BOOTSTRAP, seed: int = SEED):
     """Per group: the mean of `values`, and a 95% percentile interval of it over `n_boot`
     resamples of whole documents (every group's mean taken on the same resample). Returns
-    (count, mean, low, high) arrays of length `n_groups`; a group without words has NaNs."""
+    (count, documents, mean, low, high) arrays of length `n_groups`; a group without words has a
+    NaN mean, and one whose words lie in fewer than two documents NaN bounds: resampling a single
+    document always gives back its own mean, an interval of width 0 that would claim certainty."""
     key = doc.astype(np.int64) * n_groups + group
     sums = np.bincount(key, weights=values, minlength=n_docs * n_groups).reshape(n_docs, n_groups)
     counts = np.bincount(key, minlength=n_docs * n_groups).reshape(n_docs, n_groups).astype(np.float64)
     total = counts.sum(0)
+    documents = (counts > 0).sum(0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = sums.sum(0) / total
     rng = np.random.default_rng(seed)
@@ -68,10 +71,14 @@ def group_means(values: np.ndarray, doc: np.ndarray, group: np.ndarray, n_groups
             replicates.append((weights @ sums) / (weights @ counts))
     boot = np.concatenate(replicates)
     low, high = np.full(n_groups, np.nan), np.full(n_groups, np.nan)
-    present = total > 0
-    if present.any():
-        low[present], high[present] = np.nanpercentile(boot[:, present], [2.5, 97.5], axis=0)
-    return total.astype(np.int64), mean, low, high
+    spread = documents >= 2
+    if spread.any():
+        low[spread], high[spread] = np.nanpercentile(boot[:, spread], [2.5, 97.5], axis=0)
+    return total.astype(np.int64), documents, mean, low, high
+
+
+def bound(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
 
 
 def advantage(delta: np.ndarray, sign: int) -> float:
@@ -163,9 +170,10 @@ class Slice:
     axis: str
     name: str
     words: int
+    documents: int
     mean_dlogp: float
-    ci_low: float
-    ci_high: float
+    ci_low: float | None  # None: its words lie in one document
+    ci_high: float | None
     gap_share: float | None  # its summed Δ over the net gap
 
 
@@ -195,8 +203,8 @@ class GapAccount:
     documents: int
     perplexity: dict[str, float]
     mean_dlogp: float
-    ci_low: float
-    ci_high: float
+    ci_low: float | None
+    ci_high: float | None
     share_a_better: float
     net: float  # summed Δ over the held-out words
     findings_words: int  # held-out words of any finding of the pair, each counted once
@@ -221,7 +229,7 @@ def gap_account(
     """The headline account of one pair. `findings`: (finding, better model, positions of its
     held-out words in these arrays) for the pair's findings."""
     delta = logprob_a - logprob_b
-    _, mean, low, high = group_means(delta, doc, np.zeros(len(delta), dtype=np.int64), 1, n_docs)
+    _, _, mean, low, high = group_means(delta, doc, np.zeros(len(delta), dtype=np.int64), 1, n_docs)
     sign_of = {model_a: 1, model_b: -1}
     advantages = {m: advantage(delta, s) for m, s in sign_of.items()}
     shares = [
@@ -243,8 +251,8 @@ def gap_account(
         documents=int(len(np.unique(doc))),
         perplexity={model_a: perplexity(logprob_a), model_b: perplexity(logprob_b)},
         mean_dlogp=float(mean[0]),
-        ci_low=float(low[0]),
-        ci_high=float(high[0]),
+        ci_low=bound(low[0]),
+        ci_high=bound(high[0]),
         share_a_better=float((delta > 0).mean()),
         net=net,
         findings_words=len(every),
@@ -260,11 +268,13 @@ def slices(delta: np.ndarray, doc: np.ndarray, n_docs: int, facets: dict[str, tu
     net = float(delta.sum())
     out = []
     for axis, (codes, names) in facets.items():
-        count, mean, low, high = group_means(delta, doc, codes, len(names), n_docs)
+        count, documents, mean, low, high = group_means(delta, doc, codes, len(names), n_docs)
         sums = np.bincount(codes, weights=delta, minlength=len(names))
         for g, name in enumerate(names):
             if count[g]:
-                out.append(Slice(axis, name, int(count[g]), float(mean[g]), float(low[g]), float(high[g]), float(sums[g] / net) if net else None))
+                out.append(
+                    Slice(axis, name, int(count[g]), int(documents[g]), float(mean[g]), bound(low[g]), bound(high[g]), float(sums[g] / net) if net else None)
+                )
     return out
 
 

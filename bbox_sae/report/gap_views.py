@@ -4,6 +4,7 @@ the same statements everywhere, so no two of them can tell a different story."""
 from __future__ import annotations
 
 from bbox_sae.report.gap import AXES, FindingDomains, GapAccount, Slice
+from bbox_sae.report.markup import fmt
 
 
 def pct(x: float | None) -> str:
@@ -19,7 +20,7 @@ def headline(acc: GapAccount) -> list[str]:
     lines = [
         f"{a} vs {b}, on the {acc.words:,} held-out words ({acc.documents:,} documents; the findings were tested on these): "
         f"perplexity {a} {acc.perplexity[a]:.2f}, {b} {acc.perplexity[b]:.2f}.",
-        f"Mean Δlog p (log p {a} − log p {b}): {acc.mean_dlogp:+.3f} nats per word, 95% CI [{acc.ci_low:+.3f}, {acc.ci_high:+.3f}] "
+        f"Mean Δlog p (log p {a} − log p {b}): {acc.mean_dlogp:+.3f} nats per word, 95% CI [{fmt(acc.ci_low, '+.3f')}, {fmt(acc.ci_high, '+.3f')}] "
         f"(resampling documents): {verdict}; {a} is better on {acc.share_a_better:.1%} of the words.",
     ]
     for w in acc.winners:
@@ -42,12 +43,8 @@ SHARE_NOTE = (
 SLICE_NOTE = (
     "Each breakdown partitions the held-out words (a word takes the first place that holds): its slices' shares of the net gap "
     "(their Δ summed over all words' Δ summed) add up to 100%; a share above 100% or below 0 means the slice outweighs the "
-    "others or goes against them. CIs resample documents."
+    "others or goes against them. CIs resample documents (none for a slice whose words lie in one document)."
 )
-
-
-def slice_label(s: Slice) -> str:
-    return f"{s.name} ({s.words:,} words)"
 
 
 def slice_rows(acc: GapAccount) -> list[tuple[str, Slice]]:

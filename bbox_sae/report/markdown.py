@@ -132,9 +132,9 @@ def _md_gap(accounts: list[GapAccount], findings: list[dict], chart: Path | None
             lines += ["### Where the gap lives", ""]
             if chart is not None:
                 lines += [f"![mean Δlog p and 95% CI by word frequency, kind of word, place and domain]({chart.name})", ""]
-            lines += [_md(SLICE_NOTE), "", "| by | slice | words | mean Δlog p [95% CI] | share of the gap |", "|---|---|---:|---|---:|"]
+            lines += [_md(SLICE_NOTE), "", "| by | slice | words | documents | mean Δlog p [95% CI] | share of the gap |", "|---|---|---:|---:|---|---:|"]
             lines += [
-                f"| {_md(axis)} | {_md(s.name)} | {s.words:,} | {s.mean_dlogp:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] | {pct(s.gap_share)} |"
+                f"| {_md(axis)} | {_md(s.name)} | {s.words:,} | {s.documents:,} | {s.mean_dlogp:+.3f} [{fmt(s.ci_low, '+.3f')}, {fmt(s.ci_high, '+.3f')}] | {pct(s.gap_share)} |"
                 for axis, s in slice_rows(acc)
             ]
             lines.append("")

@@ -153,7 +153,8 @@ def gap_figure(accounts: list[GapAccount]) -> Figure | None:
                 for s in (s for s in acc.slices if s.axis == axis):
                     y = ys[s.name] - 0.3 + offset * (i + 0.5) if not single else ys[s.name]
                     color = colors[acc.model_a if s.mean_dlogp > 0 else acc.model_b]
-                    ax.plot([s.ci_low, s.ci_high], [y, y], color=color, linewidth=1.6)
+                    if s.ci_low is not None and s.ci_high is not None:
+                        ax.plot([s.ci_low, s.ci_high], [y, y], color=color, linewidth=1.6)
                     ax.scatter([s.mean_dlogp], [y], color=color, s=22, zorder=3, gid=f"gap-{axis}")
             labels = []
             for name in names[axis]:

@@ -121,7 +121,7 @@ def _sae_table_rows(sae_runs: dict[str, dict]) -> list[list]:
 
 
 GAP_FINDING_COLUMNS = ["pair", "finding", "better_model", "statement", "words", "dlogp_sum", "share"]
-GAP_SLICE_COLUMNS = ["pair", "axis", "slice", "words", "mean_dlogp", "ci_low", "ci_high", "gap_share"]
+GAP_SLICE_COLUMNS = ["pair", "axis", "slice", "words", "documents", "mean_dlogp", "ci_low", "ci_high", "gap_share"]
 FINDING_DOMAIN_COLUMNS = ["pair", "finding", "domain", "words", "median_dlogp", "share", "holds", "carried_by"]
 
 
@@ -149,7 +149,9 @@ def gap_rows(accounts: list[GapAccount], findings: list[dict]) -> dict[str, list
             [a.pair, s.finding, s.better_model, statements.get(s.finding), s.words, num(s.dlogp_sum), num(s.share)] for a in accounts for s in a.findings
         ],
         "gap_slices": [
-            [a.pair, s.axis, s.name, s.words, num(s.mean_dlogp), num(s.ci_low), num(s.ci_high), num(s.gap_share)] for a in accounts for s in a.slices
+            [a.pair, s.axis, s.name, s.words, s.documents, num(s.mean_dlogp), num(s.ci_low), num(s.ci_high), num(s.gap_share)]
+            for a in accounts
+            for s in a.slices
         ],
         "finding_domains": [
             [a.pair, f, r.domain, r.words, num(r.median_dlogp), num(r.share), r.holds, d.carried_by]
