@@ -102,7 +102,10 @@ def test_wandb_summary_and_tables_carry_the_account(gap_run):
     assert summary["gap/alpha vs beta/ci_low"] <= expected["mean"] <= summary["gap/alpha vs beta/ci_high"]
     assert summary["gap/alpha vs beta/beta/findings_share"] == pytest.approx(expected["union_b"])
     assert summary["gap/alpha vs beta/beta/left"] == pytest.approx(1 - expected["union_b"])
-    assert "held-out words" in summary["gap/alpha vs beta/statement"]
+    (acc,) = load_inputs(report_config(out)).gap
+    assert summary["gap/alpha vs beta/statement"] == " ".join(headline(acc))
+    assert summary["gap/alpha vs beta/findings_net_share"] == pytest.approx(acc.findings_net_share)
+    assert summary["gap/alpha vs beta/perplexity/beta"] == pytest.approx(acc.perplexity["beta"])
     shares = _table_json(run_dir, "gap_findings")
     assert {r[1]: r[6] for r in shares["data"]} == pytest.approx(expected["share"])
     slices = _table_json(run_dir, "gap_slices")

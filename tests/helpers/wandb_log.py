@@ -1,5 +1,9 @@
 """What an offline W&B run logged, read back from its files: the tables W&B writes as JSON, and the
-summary, which offline mode keeps only in the run's `.wandb` record log (no `wandb-summary.json`)."""
+summary, which offline mode keeps only in the run's `.wandb` record log (no `wandb-summary.json`).
+
+The log is LevelDB-framed: 32 KiB blocks, the first opening with a 7-byte file header, every
+fragment of a record with a 7-byte header (CRC, length, type). A summary item can straddle a
+block, so the fragments are joined before it is searched."""
 
 from __future__ import annotations
 
@@ -19,6 +23,24 @@ def logged_rows(run_dir: Path, key: str) -> list[dict]:
     return [dict(zip(table["columns"], row)) for row in table["data"]]
 
 
+BLOCK = 32768
+HEADER = 7
+
+
+def _payload(raw: bytes) -> bytes:
+    """The log's record bytes with the framing taken out (fragments joined in order)."""
+    out, at = bytearray(), HEADER
+    while at + HEADER <= len(raw):
+        room = BLOCK - at % BLOCK
+        if room < HEADER:  # a block's tail too short for a header is padding
+            at += room
+            continue
+        length = int.from_bytes(raw[at + 4 : at + 6], "little")
+        out += raw[at + HEADER : at + HEADER + length]
+        at += HEADER + length
+    return bytes(out)
+
+
 def _varint(raw: bytes, at: int) -> tuple[int, int]:
     value = shift = 0
     while True:
@@ -34,7 +56,7 @@ def logged_summary(run_dir: Path, prefix: str) -> dict:
     """The summary items whose key starts with `prefix`, the last value of each: a SummaryItem is
     `key` (field 1) then `value_json` (field 16, tag bytes 0x82 0x01), each length-prefixed."""
     (log,) = run_dir.glob("*.wandb")
-    raw = log.read_bytes()
+    raw = _payload(log.read_bytes())
     out = {}
     for match in re.finditer(rb"\n([\x01-\x7f])(" + re.escape(prefix.encode()) + rb"[^\x00-\x1f]*?)\x82\x01", raw):
         if len(match.group(2)) != match.group(1)[0]:
