@@ -72,7 +72,7 @@ def beside_sae_runs(name: str) -> bool:
 
 
 # The report's charts, next to report.md (which links them by these names).
-REPORT_FOREST_PNG, REPORT_DOMAINS_PNG = "report-forest.png", "report-domains.png"
+REPORT_FOREST_PNG, REPORT_DOMAINS_PNG, REPORT_GAP_PNG = "report-forest.png", "report-domains.png", "report-gap.png"
 
 
 @dataclass(frozen=True)
@@ -241,6 +241,10 @@ class RunLayout:
     @property
     def report_domains(self) -> Path:
         return self.root / REPORT_DOMAINS_PNG
+
+    @property
+    def report_gap(self) -> Path:
+        return self.root / REPORT_GAP_PNG
 
     @property
     def wandb(self) -> Path:

@@ -3,6 +3,8 @@ filters that keep a latent, and the corpus-level comparison."""
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Callable
 
 import numpy as np
@@ -113,7 +115,8 @@ def print_summary(findings: pa.Table, features: pa.Table, stats: dict, limit: in
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    # Piped to a log, a table at 80 columns breaks statements mid-word: give it the width it needs.
+    console = Console() if sys.stdout.isatty() else Console(width=240)
     header = Table(title="Corpus-level comparison (same words)")
     for col in ("model", "mean log p", "perplexity", "words"):
         header.add_column(col)

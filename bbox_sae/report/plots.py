@@ -26,8 +26,8 @@ PLOT_STYLE = {"text.parse_math": False, "font.size": 9}
 # The PNG files written next to report.md (and logged to W&B).
 from bbox_sae.layout import REPORT_DOMAINS_PNG as DOMAINS_PNG  # noqa: E402
 from bbox_sae.layout import REPORT_FOREST_PNG as FOREST_PNG  # noqa: E402
+from bbox_sae.layout import REPORT_GAP_PNG as GAP_PNG  # noqa: E402
 
-GAP_PNG = "report-gap.png"
 
 
 def _short(text: str) -> str:
