@@ -126,8 +126,7 @@ def search_cue_rules(
     form_of_key = uniq // len(attrs.vocab)
     at = np.minimum(np.searchsorted(forms, form_of_key), max(len(forms) - 1, 0))
     everywhere = np.where(forms[at] == form_of_key, form_logp[at], 0.0) * sign
-    # A cue before most of a form's words names no condition: "'himself' with 'the' among the 8
-    # words before" was a demo finding, 'the' being near nearly every word.
+    # A cue before most of a form's words names no condition ('the' stands near nearly every word).
     condition = counts <= MAX_CUE_SHARE * form_counts[at]
     chosen = (counts >= min_words) & (sign != 0) & (everywhere < 0.5 * np.abs(med_logp)) & condition
     wanted, signs = uniq[chosen], sign[chosen]
