@@ -112,7 +112,9 @@ def test_the_final_summary_prints_labels_without_terminal_escapes(through_featur
     code, err = bbox(capsys, "run", "-c", str(through_features.config), "-o", str(out.root))
     assert code == 0, err
     summary = " ".join(err.split("1 finding(s), carried by 2 latent(s).", 1)[1].split())  # as if not wrapped
-    assert summary.count("\\x1b[31mred\\x1b[0m") == 3 and summary.count("\\x1b]8;;http://evil.example/\\x07click") == 3  # model, statement, words (in full: no line is cut)
+    assert (
+        summary.count("\\x1b[31mred\\x1b[0m") == 3 and summary.count("\\x1b]8;;http://evil.example/\\x07click") == 3
+    )  # model, statement, words (in full: no line is cut)
     assert "\\u202egnp.exe" in summary and not set(err) & {"\x1b", "\x07", "\u202e"}
     assert "latent group: \\x1b[31mred" in summary and "[bold]x[/bold]" in summary  # shown as text, not read as console markup
 

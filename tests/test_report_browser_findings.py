@@ -79,6 +79,7 @@ def test_a_findings_panel_lists_all_its_held_out_words_sortable_by_delta(page, g
     assert "All 16 held-out words" in panel.locator("summary").text_content()
     panel.locator("summary").click()
     rows = panel.locator("tbody tr.finding-word")
+    rows.first.wait_for()  # drawn on the toggle event, after the click returns
     assert rows.count() == len(kings) == 16
     panel.locator('th[data-sort="delta"]').click()
     shown = [float(v) for v in panel.locator("tbody tr.finding-word").evaluate_all("rows => rows.map(r => r.dataset.delta)")]
@@ -103,6 +104,8 @@ def test_counter_examples_are_marked(browser, tmp_path):
     panel = page.locator('details.finding-words[data-finding="1"]')
     assert "counter-examples (3: the other model better)" in panel.locator("summary").text_content()
     panel.locator("summary").click()
+    # The rows are drawn when the panel's toggle event fires, after the click returns.
+    panel.locator("tbody tr.finding-word").first.wait_for()
     assert panel.locator("tbody tr.finding-word.counter").count() == len(FINDING_WORDS[1]) == 3
     # Corpus text is shown as text: the hostile word is no element.
     assert page.locator("script").count() == 2 and page.dialogs == []

@@ -4,7 +4,6 @@ filters that keep a latent, and the corpus-level comparison."""
 from __future__ import annotations
 
 import sys
-
 from collections.abc import Callable
 
 import numpy as np

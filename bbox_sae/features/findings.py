@@ -425,7 +425,9 @@ def adds_the_difference(words: np.ndarray, core: np.ndarray, lp_a: np.ndarray, l
 MIN_MEMBER_WORDS = 3
 
 
-def narrower_left_forms(rule: Rule, attrs: WordAttributes, train_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, sign: int, keep: float = 0.8) -> list[str] | None:
+def narrower_left_forms(
+    rule: Rule, attrs: WordAttributes, train_rows: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, sign: int, keep: float = 0.8
+) -> list[str] | None:
     """The left forms that carry the difference of a rule after a class of named words, when the
     class's other forms do not: None when the rule names no such class or its difference is the
     whole class's. A member carries when its own train median reaches half the class's; the others

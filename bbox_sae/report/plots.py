@@ -29,7 +29,6 @@ from bbox_sae.layout import REPORT_FOREST_PNG as FOREST_PNG  # noqa: E402
 from bbox_sae.layout import REPORT_GAP_PNG as GAP_PNG  # noqa: E402
 
 
-
 def _short(text: str) -> str:
     """A domain's name on one line of the per-domain chart."""
     text = " ".join(str(text).split())
