@@ -28,8 +28,10 @@ $(DEMO_READY): $(STAMP) configs/demo.yaml
 	$(PY) -m bbox_sae.prepare configs/demo.yaml
 	touch $(DEMO_READY)
 
+# Both cores: each test runs on one thread (tests/conftest.py), so two workers fill the machine;
+# a module's tests stay on one worker, sharing its module fixtures (a built run, a browser).
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser" -p no:cacheprovider

@@ -7,11 +7,12 @@ from itertools import product
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.stats import binom
 
 from bbox_sae.config import FeaturesConfig
 from bbox_sae.features import context
 from bbox_sae.features.baseline import baseline_differences, covering_finding, searched_candidates
-from bbox_sae.features.rule_search import group_medians, search_rules
+from bbox_sae.features.rule_search import ANY_WORD_SCOPES, MAX_CUE_SIGN_P, MIN_CUE_DOCS, group_medians, search_rules
 from bbox_sae.features.rules import Rule, word_attributes
 
 # Brackets, a wh-word and sentence ends make the context flags vary too.
@@ -33,7 +34,11 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
     rules += [Rule("form", f, "context", flag) for f, flag in product(forms, context.WITH_FORM) if flag not in context.COMPLEMENTS or f in marks]
     # A form with a cue word shortly before, kept only where the form's words all together show at
     # most half the cue's difference in its direction, and the cue stands before at most half of them.
-    rules += [Rule("form", f, "cue", g) for f, g in product(forms, forms) if any(ch.isalnum() for ch in g[2:])]
+    # The same in every scope (`context.CUE_SCOPES`), and for any word in `ANY_WORD_SCOPES`.
+    cues = [g for g in forms if any(ch.isalnum() for ch in g[2:])]
+    for scope in context.CUE_SCOPES:
+        rules += [Rule("form", f, scope.kind, g) for f, g in product(forms, cues)]
+        rules += [Rule(None, None, scope.kind, g) for g in cues if scope.kind in ANY_WORD_SCOPES]
     out = {}
     for r in rules:
         rows = train[r.mask(attrs, train)]
@@ -41,13 +46,18 @@ def _brute_force(attrs, train, holdout, lp_a, lp_b, min_words, min_dlogp, min_dp
             continue
         dlogp, dp = np.median(lp_a[rows] - lp_b[rows]), np.median(np.exp(lp_a[rows]) - np.exp(lp_b[rows]))
         sign = np.sign(dlogp) if abs(dlogp) > min_dlogp else np.sign(dp) if abs(dp) > min_dp else 0
-        if sign and r.left_kind == "cue":
-            form_rows = train[Rule("form", r.word_value).mask(attrs, train)]
+        if sign and r.left_kind in context.CUE_KINDS:
+            form_rows = train[Rule("form", r.word_value).mask(attrs, train)] if r.word_kind else train
             context_only = np.median(lp_a[form_rows] - lp_b[form_rows]) * sign < 0.5 * abs(dlogp)
-            sign = sign if context_only and len(rows) <= 0.5 * len(form_rows) else 0
+            texts = len(np.unique(attrs.doc[rows])) >= MIN_CUE_DOCS.get(r.left_kind, 1)
+            wins = int(np.sum(sign * (lp_a[rows] - lp_b[rows]) > 0))
+            mostly = binom.sf(wins - 1, len(rows), 0.5) < MAX_CUE_SIGN_P.get(r.left_kind, 2.0)
+            sign = sign if context_only and texts and mostly and len(rows) <= 0.5 * len(form_rows) else 0
         if sign:
             out[r] = (int(sign), rows, holdout[r.mask(attrs, holdout)])
-    return out
+    # A form after a cue that any word after it shows (in the same direction) is that rule's part.
+    said = {(r.left_kind, r.left_value, s) for r, (s, _, _) in out.items() if r.left_kind in ANY_WORD_SCOPES and r.word_kind is None}
+    return {r: v for r, v in out.items() if not (r.word_kind and (r.left_kind, r.left_value, v[0]) in said)}
 
 
 @settings(max_examples=40, deadline=None)

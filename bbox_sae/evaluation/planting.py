@@ -26,7 +26,8 @@ DEFAULT_RULES = "planted-rules-shakespeare.yaml"
 class PlantedRule:
     """A word matches when every given condition holds: `word` (regex) on the stripped word,
     `prev` on the raw previous word ("" at a document start), `left` on the previous `left_words`
-    words joined; and, for differences that live further back in the document, `sentence_start`
+    words joined, or with `left_in` ("sentence" or "text") anywhere in the word's sentence or text
+    so far (a register, a topic); and, for differences that live further back in the document, `sentence_start`
     (regex) on the first word of the word's sentence, `inside` ("brackets" or "quotes") an open
     bracket or quotation, `first_words` (the word is among the document's first N words),
     `repeat_gap` (its form was used earlier in the document, last more than N words back) and
@@ -40,6 +41,7 @@ class PlantedRule:
     prev: str | None = None
     left: str | None = None
     left_words: int = 3
+    left_in: str | None = None
     sentence_start: str | None = None
     inside: str | None = None
     first_words: int | None = None
@@ -50,7 +52,10 @@ class PlantedRule:
         n = len(words)
         hit = np.ones(n, dtype=bool)
         checks = [(self.word, lambda i: words[i].strip()), (self.prev, lambda i: words[i - 1] if i else "")]
-        checks.append((self.left, lambda i: "".join(words[max(0, i - self.left_words) : i])))
+        if self.left_in is None:
+            checks.append((self.left, lambda i: "".join(words[max(0, i - self.left_words) : i])))
+        else:
+            hit &= self._left_in_scope(words)
         for pattern, text_of in checks:
             if pattern is None:
                 continue
@@ -59,6 +64,22 @@ class PlantedRule:
         if any(v is not None for v in (self.sentence_start, self.inside, self.first_words, self.repeat_gap, self.corpus_count_max)):
             hit &= self._in_document(words, corpus_counts or Counter())
         return hit
+
+    def _left_in_scope(self, words: list[str]) -> np.ndarray:
+        """Whether `left` matches inside the word's sentence (or text) before the word: some match
+        ends at or before the word's first character and starts at or after its sentence's."""
+        offsets = np.cumsum([0] + [len(w) for w in words])
+        spans = sorted((m.end(), m.start()) for m in regex.finditer(self.left, "".join(words), overlapped=True))
+        ends = np.array([e for e, _ in spans], dtype=np.int64)
+        latest_start = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64)) if spans else ends
+        out = np.zeros(len(words), dtype=bool)
+        sentence_start = 0
+        for i, raw in enumerate(words):
+            k = np.searchsorted(ends, offsets[i], side="right")
+            out[i] = k > 0 and (self.left_in == "text" or latest_start[k - 1] >= sentence_start)
+            if raw.strip().rstrip(")]\"'\u201d\u2019")[-1:] in (".", "?", "!") or raw.count("\n") > 1:
+                sentence_start = offsets[i + 1]
+        return out
 
     def _in_document(self, words: list[str], corpus_counts: Counter) -> np.ndarray:
         """The document-level conditions, read left to right."""
@@ -104,6 +125,7 @@ def planted_rules_path(cfg: Config, override: str | None) -> Path | Traversable:
 _PATTERNS = ("word", "prev", "left", "sentence_start")
 _COUNTS = ("first_words", "repeat_gap", "corpus_count_max")
 _INSIDE = ("brackets", "quotes")
+_LEFT_IN = ("sentence", "text")
 
 
 def _number(value: object, where: str, what: str) -> float:
@@ -130,6 +152,8 @@ def _rule(r: object, where: str) -> PlantedRule:
         )
     if r.get("inside") is not None and r["inside"] not in _INSIDE:
         raise ConfigError(f"{where}: 'inside': expected one of {list(_INSIDE)}, got {r['inside']!r}")
+    if r.get("left_in") is not None and (r["left_in"] not in _LEFT_IN or r.get("left") is None):
+        raise ConfigError(f"{where}: 'left_in': expected one of {list(_LEFT_IN)} with a `left` pattern, got {r['left_in']!r}")
     for key in _COUNTS:
         value = r.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):

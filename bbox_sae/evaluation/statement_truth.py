@@ -100,13 +100,20 @@ def _holds(rule: dict, doc: _Document, i: int) -> bool:
         return bool(doc.flags[value][i])
     if kind == "cue":
         return value[2:] in _words_before(words, i, context.CUE_WINDOW)
+    if kind == "cue_sentence":
+        return value[2:] in _words_before(words, i, len(words), sentence=True)
+    if kind == "cue_text":
+        return value[2:] in _words_before(words, i, len(words))
     return True
 
 
-def _words_before(words: list[str], i: int, n: int) -> set[str]:
-    """The forms of the last `n` words with a letter or digit before word `i`."""
+def _words_before(words: list[str], i: int, n: int, sentence: bool = False) -> set[str]:
+    """The forms of the last `n` words with a letter or digit before word `i`, within its sentence
+    when `sentence` (a sentence ends at '.', '?' or '!', also before a closer, or a blank line)."""
     found: list[str] = []
     for w in reversed(words[:i]):
+        if sentence and (w.strip().rstrip(")]\"'\u201d\u2019")[-1:] in (".", "?", "!") or w.count("\n") > 1):
+            break
         if regex.search(r"[\p{L}\p{N}]", w):
             found.append(form_of(w))
             if len(found) == n:

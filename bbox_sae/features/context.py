@@ -14,6 +14,7 @@ shown (`PHRASES`), and a rule tests one flag, alone or with a word form or class
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +27,34 @@ RARE_COUNT = 2  # a form seen at most this many times in the corpus is rare
 WH_WORDS = frozenset("who whom whose what which when where whither whence why wherefore how".split())
 SENTENCE_ENDS = frozenset(".?!")
 CLOSERS = ")]\"'\u201d\u2019"  # a sentence also ends at ".]" (a stage direction) or '?"'
+
+
+@dataclass(frozen=True)
+class CueScope:
+    """How far back a cue word may stand: a Rule's `left_kind`, how it is said after "with 'x'",
+    and the most forms a word's window keeps (nearest first)."""
+
+    kind: str
+    phrase: str
+    width: int
+
+
+# Three reaches, one concept: a cue shortly before (a conditional's 'if', a negation), a cue earlier
+# in the sentence (its register: 'thou' sets a familiar one), and a cue earlier in the text (its
+# topic: 'arms' after 'war' is not 'arms' after 'embrace'). The sentence and the text keep their
+# most recent forms up to `width`; the text keeps only topic words (`topic_forms`), so a window
+# holds what tells one text from another, not the function words every text has.
+CUE_SCOPES = (
+    CueScope("cue", f"among the {CUE_WINDOW} words before", CUE_WINDOW),
+    CueScope("cue_sentence", "earlier in its sentence", 48),
+    CueScope("cue_text", "earlier in the text", 64),
+)
+CUE_KINDS = {scope.kind: scope for scope in CUE_SCOPES}
+# A shown context (a few words to the left) cannot tell what the text said before it.
+CUES_BEYOND_SHOWN = frozenset({"cue_text"})
+# A topic word: in at least this many documents and at most this share of them.
+TOPIC_MIN_DOCS = 3
+TOPIC_MAX_DOC_SHARE = 0.25
 
 FLAGS = ("repeat_far", "in_brackets", "in_quotes", "doc_opening", "rare", "sentence_wh", "sentence_other")
 PHRASES = {
@@ -87,22 +116,51 @@ def document_flags(words: list[str], rare_forms: frozenset[str]) -> np.ndarray:
             n_words += 1
         brackets = max(0, brackets + text.count("(") + text.count("[") - text.count(")") - text.count("]"))
         quotes += text.count('"') + text.count("\u201c") + text.count("\u201d")
-        if text.rstrip(CLOSERS)[-1:] in SENTENCE_ENDS or raw.count("\n") > 1:
+        if ends_sentence(raw):
             sentence_wh = None
     return out
 
 
-def cue_windows(codes: list[int], is_word: list[bool]) -> np.ndarray:
-    """(len(codes), CUE_WINDOW) int32: per word, the form codes of the last `CUE_WINDOW` words (with a
-    letter or digit) before it in its document, nearest first, each form once, -1 where none."""
-    out = np.full((len(codes), CUE_WINDOW), -1, dtype=np.int32)
+def ends_sentence(raw: str) -> bool:
+    """Whether a sentence ends with this word: a closing mark (also inside a closer, ".]") or a
+    blank line."""
+    return raw.strip().rstrip(CLOSERS)[-1:] in SENTENCE_ENDS or raw.count("\n") > 1
+
+
+def cue_windows(codes: list[int], is_word: list[bool], ends: list[bool] | None = None, topical: list[bool] | None = None) -> tuple[np.ndarray, ...]:
+    """Per scope of `CUE_SCOPES`, a (len(codes), width) int32 array: per word, the form codes before
+    it in its document, nearest first, each form once, -1 where none: the last `CUE_WINDOW` words
+    (with a letter or digit); the words of its sentence so far (`ends`: where one ends); the topic
+    words (`topical`) of the text so far."""
+    n = len(codes)
+    ends = ends if ends is not None else [False] * n
+    topical = topical if topical is not None else [False] * n
+    out = tuple(np.full((n, scope.width), -1, dtype=np.int32) for scope in CUE_SCOPES)
     recent: list[int] = []
+    sentence: dict[int, None] = {}  # insertion-ordered: the latest use last
+    text: dict[int, None] = {}
     for i, (code, word) in enumerate(zip(codes, is_word)):
-        seen = list(dict.fromkeys(reversed(recent)))
-        out[i, : len(seen)] = seen
+        for window, seen in zip(out, (dict.fromkeys(reversed(recent)), reversed(sentence), reversed(text))):
+            kept = list(seen)[: window.shape[1]]
+            window[i, : len(kept)] = kept
         if word:
             recent = (recent + [code])[-CUE_WINDOW:]
+            sentence.pop(code, None)
+            sentence[code] = None
+            if topical[i]:
+                text.pop(code, None)
+                text[code] = None
+        if ends[i]:
+            sentence = {}
     return out
+
+
+def topic_forms(forms_by_doc: list[list[str]], function_words: frozenset[str]) -> frozenset[str]:
+    """Forms (with a letter) found in at least `TOPIC_MIN_DOCS` documents and at most
+    `TOPIC_MAX_DOC_SHARE` of them, function words excepted: the words that tell texts apart."""
+    doc_counts = Counter(f for forms in forms_by_doc for f in set(forms) if any(ch.isalpha() for ch in f))
+    most = TOPIC_MAX_DOC_SHARE * len(forms_by_doc)
+    return frozenset(f for f, c in doc_counts.items() if TOPIC_MIN_DOCS <= c <= most and f not in function_words)
 
 
 def rare_forms(docs: list[list[str]]) -> frozenset[str]:

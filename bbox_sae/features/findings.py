@@ -175,7 +175,7 @@ def specialize(rule: Rule, diff: Difference, covered: np.ndarray, min_share: flo
             ("layout", name) for name, col in (("line_start", attrs.line_start), ("after_blank", attrs.after_blank)) if col[covered].sum() >= min_share * n
         ]
         options += [("context", flag) for flag in context.ALONE if attrs.context[covered, context.FLAGS.index(flag)].sum() >= min_share * n]
-        options += [("cue", attrs.vocab[v]) for v in common_cues(attrs, covered, min_share)]
+        options += [(scope.kind, attrs.vocab[v]) for scope in context.CUE_SCOPES for v in common_cues(attrs, covered, min_share, scope.kind)]
         candidates = [Rule(rule.word_kind, rule.word_value, k, v) for k, v in options]
     elif rule.word_kind is None:
         for kind, col in (("form", attrs.form), ("class", attrs.cls)):

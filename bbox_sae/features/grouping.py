@@ -30,8 +30,9 @@ from bbox_sae.schemas import TestedRuleRecord
 # the grammar is a candidate (features.rule_search); rules of one place that a latent carries join;
 # the rule-search baseline is recorded. 8: a finding said by a member's word set keeps that set's
 # exclusions. 9: a left word joins like a layout; a latent's group that rules hold and that mixes
-# punctuation and words is not kept. 10: a place joins one kind of token.
-FINDINGS_VERSION = 28
+# punctuation and words is not kept. 10: a place joins one kind of token. 29: cue words earlier in
+# the sentence or the text (`context.CUE_SCOPES`); one word part after several cues of one scope joins.
+FINDINGS_VERSION = 29
 
 
 def rule_columns(fit: LatentRule | None) -> dict:

@@ -19,10 +19,10 @@ from bbox_sae.features.findings import memberships
 from bbox_sae.features.rule_statements import canonical_place
 from bbox_sae.features.rules import Rule, WordAttributes
 
-# More specific first: a left word, a cue word shortly before, a left class, a context attribute of the word (a rare form, a
+# More specific first: a left word, a cue word before (in any scope), a left class, a context attribute of the word (a rare form, a
 # repeat, inside brackets or quotes, the kind of sentence), the text's opening words, a blank line,
 # a line start.
-SPECIFICITY = {"form": 0, "cue": 1, "class": 2, "context": 3, "doc_opening": 4, "after_blank": 5, "line_start": 6}
+SPECIFICITY = {"form": 0, "cue": 1, "cue_sentence": 1, "cue_text": 1, "class": 2, "context": 3, "doc_opening": 4, "after_blank": 5, "line_start": 6}
 # Every context attribute is a place that joins the units of one winner alone, as a layout does.
 # A planted long-range repeat came back as 45 findings, "'there' repeated from more than 30 words
 # back", "'which' ...", each a form the repeat happened to hold; the opening of a text is a layout of

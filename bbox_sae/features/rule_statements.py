@@ -3,6 +3,7 @@ of a line: 'then', 'or', 'yet', 'whose' and 3 more"), one form after several wor
 
 from __future__ import annotations
 
+from bbox_sae.features.context import CUE_KINDS
 from bbox_sae.features.rules import Rule, _phrase
 
 LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
@@ -30,6 +31,7 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
     context ("'then' or 'whose'") and one form right after several left forms ("a line break right
     after '?' (question mark) or '!'"). Parts that list forms themselves are kept apart by "; or".
     """
+    cue_parts, rules = _several_cues(rules)
     said: list[list[Rule]] = []
     in_place: dict[tuple[str, str] | str, list[Rule]] = {}
     for r in rules:
@@ -43,13 +45,31 @@ def describe_rules(rules: list[Rule] | tuple[Rule, ...]) -> str:
         said.append([r])
         if place:
             in_place[place] = said[-1]
-    parts = [_together(g) for g in _after_left_forms(said)]
+    parts = cue_parts + [_together(g) for g in _after_left_forms(said)]
     if len(parts) > 1 and any("," in p or ":" in p for p in parts):
         return "; ".join(parts[:-1]) + "; or " + parts[-1]
     return " or ".join(parts)
 
 
 ANYWHERE = "anywhere"  # the place of forms said with no context
+
+
+def _several_cues(rules: list[Rule] | tuple[Rule, ...]) -> tuple[list[str], list[Rule]]:
+    """One word part after several cues of one scope said once ("a word with 'thou', 'thy' or
+    'thee' earlier in its sentence": a register told by its forms), and the rules left to say."""
+    by_part: dict[tuple, list[Rule]] = {}
+    for r in rules:
+        if r.left_kind in CUE_KINDS:
+            by_part.setdefault((r.left_kind, r.word_kind, r.word_value), []).append(r)
+    parts, grouped = [], set()
+    for (kind, word_kind, word_value), group in by_part.items():
+        if len(group) < 2:
+            continue
+        subject = _phrase(word_kind, word_value) if word_kind else "a word"
+        cues = _listed([_phrase("form", r.left_value) for r in group], "a word")
+        parts.append(f"{subject} with {cues} {CUE_KINDS[kind].phrase}")
+        grouped.update(group)
+    return parts, [r for r in rules if r not in grouped]
 
 
 def _together(group: list[Rule]) -> str:

@@ -18,13 +18,24 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from bbox_sae.features.context import ALONE as ALONE_FLAGS
-from bbox_sae.features.context import BEYOND_SHOWN, CUE_WINDOW, FLAGS, cue_windows, document_flags, rare_forms
+from bbox_sae.features.context import (
+    BEYOND_SHOWN,
+    CUE_KINDS,
+    CUE_SCOPES,
+    CUES_BEYOND_SHOWN,
+    FLAGS,
+    cue_windows,
+    document_flags,
+    ends_sentence,
+    rare_forms,
+    topic_forms,
+)
 from bbox_sae.features.context import PHRASES as CONTEXT_PHRASES
 
 # English function-word classes, used only to phrase left-context rules ("after an auxiliary").
@@ -46,6 +57,7 @@ FUNCTION_CLASSES = (
     ("pronoun", PRONOUNS),
     ("conjunction", CONJUNCTIONS),
 )
+FUNCTION_WORDS = frozenset().union(*(members for _, members in FUNCTION_CLASSES))
 # A left class of named members, as the vocabulary spells it: a rule after one can be said by the
 # members that carry its difference (`findings.narrower_left_forms`).
 LISTED_LEFT_CLASSES = frozenset("c:" + name for name, _ in FUNCTION_CLASSES)
@@ -128,7 +140,9 @@ class WordAttributes:
     after_blank: np.ndarray  # bool
     vocab: list[str]
     context: np.ndarray  # (n, len(context.FLAGS)) bool: what the document holds further left
-    window: np.ndarray  # (n, CUE_WINDOW) int: the forms of the words shortly before (`context.cue_windows`)
+    cues: tuple[np.ndarray, ...]  # per `context.CUE_SCOPES`, (n, width) int: the forms before each word in that scope
+    shown: bool = False  # read from a shown context, which cannot tell what `context.CUES_BEYOND_SHOWN` need
+    doc: np.ndarray | None = None  # int: each word's document, in the order given to `word_attributes`
 
     @cached_property
     def code(self) -> dict[str, int]:
@@ -147,21 +161,30 @@ class WordAttributes:
             self.after_blank[positions],
             self.vocab,
             self.context[positions],
-            self.window[positions],
+            tuple(window[positions] for window in self.cues),
+            self.shown,
+            None if self.doc is None else self.doc[positions],
         )
 
+    def window(self, kind: str) -> np.ndarray:
+        """The cue window of a scope (`context.CUE_KINDS`)."""
+        return self.cues[list(CUE_KINDS).index(kind)]
 
-def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -> WordAttributes:
+
+def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None, topics: frozenset[str] | None = None) -> WordAttributes:
     """Attributes of every word of every document, in order (documents concatenated); `rare`: the
-    corpus's rare forms (`context.rare_forms`), by default counted over `docs`."""
+    corpus's rare forms (`context.rare_forms`) and `topics` its topic words (`context.topic_forms`),
+    by default counted over `docs`."""
     ids: dict[str, int] = {}
 
     def code(s: str) -> int:
         return ids.setdefault(s, len(ids))
 
     form, cls, left_form, left_cls, left2_form, line_start, after_blank = [], [], [], [], [], [], []
+    forms_by_doc = [[normalize_form(w) for w in words] for words in docs]
+    topics = topic_forms(forms_by_doc, FUNCTION_WORDS) if topics is None else topics
     windows = []
-    for words in docs:
+    for words, forms in zip(docs, forms_by_doc):
         start = len(form)
         prev = prev2 = None
         for w in words:
@@ -173,7 +196,8 @@ def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -
             line_start.append(prev is None or "\n" in prev)
             after_blank.append(prev is None or prev.count("\n") > 1)
             prev2, prev = prev, w
-        windows.append(cue_windows(form[start:], [any(ch.isalnum() for ch in w) for w in words]))
+        is_word = [any(ch.isalnum() for ch in w) for w in words]
+        windows.append(cue_windows(form[start:], is_word, [ends_sentence(w) for w in words], [f in topics for f in forms]))
     vocab = [s for s, _ in sorted(ids.items(), key=lambda kv: kv[1])]
     arr = lambda x: np.asarray(x, dtype=np.int32)  # noqa: E731
     rare = rare_forms(docs) if rare is None else rare
@@ -189,17 +213,19 @@ def word_attributes(docs: list[list[str]], rare: frozenset[str] | None = None) -
         np.asarray(after_blank, dtype=bool),
         vocab,
         context,
-        np.concatenate(windows) if windows else np.zeros((0, CUE_WINDOW), dtype=np.int32),
+        tuple(np.concatenate([w[k] for w in windows]) if windows else np.zeros((0, scope.width), dtype=np.int32) for k, scope in enumerate(CUE_SCOPES)),
+        doc=np.repeat(np.arange(len(docs), dtype=np.int32), [len(words) for words in docs]),
     )
 
 
 def shown_word_attributes(left_words: list[str], word: str) -> WordAttributes:
     """Attributes of a word shown with the words to its left (the last row), as a judge reads it:
     what the shown words cannot tell (`context.BEYOND_SHOWN`: a repeat from far back, the text's
-    opening, a rare form) is taken as holding, so the rest of a statement is what gets checked."""
-    attrs = word_attributes([[*left_words, word]], rare=frozenset())
+    opening, a rare form; a cue earlier in the text) is taken as holding, so the rest of a
+    statement is what gets checked."""
+    attrs = word_attributes([[*left_words, word]], rare=frozenset(), topics=frozenset())
     attrs.context[:, [FLAGS.index(f) for f in BEYOND_SHOWN]] = True
-    return attrs
+    return replace(attrs, shown=True)
 
 
 @dataclass(frozen=True)
@@ -225,8 +251,11 @@ class Rule:
             m &= take(attrs.line_start if self.left_value == "line_start" else attrs.after_blank)
         elif self.left_kind == "context":
             m &= take(attrs.context[:, FLAGS.index(self.left_value)])
-        elif self.left_kind == "cue":
-            m &= (take(attrs.window) == code.get(self.left_value, -2)).any(axis=1)
+        elif self.left_kind in CUE_KINDS:
+            if not (attrs.shown and self.left_kind in CUES_BEYOND_SHOWN):
+                # Read only where the word part holds: a text's window is 64 forms wide.
+                at = np.flatnonzero(m)
+                m[at] = (attrs.window(self.left_kind)[at if rows is None else rows[at]] == code.get(self.left_value, -2)).any(axis=1)
         elif self.left_kind:
             col = {"form": attrs.left_form, "class": attrs.left_cls, "form2": attrs.left2_form}[self.left_kind]
             m &= take(col) == code.get(self.left_value, -1)
@@ -242,8 +271,8 @@ class Rule:
             return f"{subject} {CONTEXT_PHRASES[self.left_value]}"
         if self.left_kind == "form2":
             return f"{subject} two words after {_phrase('form', self.left_value)}"
-        if self.left_kind == "cue":
-            return f"{subject} with {_phrase('form', self.left_value)} among the {CUE_WINDOW} words before"
+        if self.left_kind in CUE_KINDS:
+            return f"{subject} with {_phrase('form', self.left_value)} {CUE_KINDS[self.left_kind].phrase}"
         return f"{subject} right after {_phrase(self.left_kind, self.left_value)}"
 
     def as_dict(self) -> dict:
@@ -295,16 +324,23 @@ def _candidates(attrs: WordAttributes, top_rows: np.ndarray, min_share: float) -
     return word_parts, left_parts
 
 
-def common_cues(attrs: WordAttributes, rows: np.ndarray, min_share: float) -> list[int]:
-    """The forms among the words shortly before at least `min_share` of `rows` (each row's window
-    holds a form once), but those mostly right before, which the left form already says."""
+# The most cues `common_cues` gives, most common first: a text's window holds dozens of topic words
+# common to a latent's words, and each is a rule to try on every train word.
+MAX_COMMON_CUES = 5
+
+
+def common_cues(attrs: WordAttributes, rows: np.ndarray, min_share: float, kind: str = "cue") -> list[int]:
+    """The forms in the `kind` cue window (`context.CUE_KINDS`) of at least `min_share` of `rows`
+    (a window holds a form once), but those mostly right before, which the left form already says;
+    the `MAX_COMMON_CUES` most common."""
     if len(rows) == 0:
         return []
-    window = attrs.window[rows]
+    window = attrs.window(kind)[rows]
     counts = Counter(window.ravel().tolist())
     counts.pop(-1, None)
-    right_before = Counter(window[:, 0][window[:, 0] == attrs.left_form[rows]].tolist())
-    return [v for v, c in counts.items() if c >= min_share * len(rows) and right_before[v] < 0.5 * c]
+    right_before = Counter(attrs.left_form[rows].tolist())
+    common = [(c, v) for v, c in counts.items() if c >= min_share * len(rows) and right_before[v] < 0.5 * c]
+    return [v for _, v in sorted(common, reverse=True)[:MAX_COMMON_CUES]]
 
 
 def fit_rule(rule: Rule, attrs: WordAttributes, top_rows: np.ndarray, fires: np.ndarray, scope: np.ndarray) -> RuleFit:

@@ -16,6 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from bbox_sae.config import FeaturesConfig
+from bbox_sae.features import context
 from bbox_sae.features.activations import top_words
 from bbox_sae.features.baseline import baseline_differences, baseline_table, searched_candidates, single_rule_states
 from bbox_sae.features.candidates import Tested, propose_candidates, proposer_text, test_candidates, tested_row
@@ -179,6 +180,11 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
                 # text's first words (the demo). Not a word form: its contexts are places that join
                 # on their own or are kept apart on purpose ('then' at a line start, 'then' after a comma).
                 uf.union(gi, first_with.setdefault((units[i].key, "the mark", head.word_value), gi))
+            if head is not None and head.left_kind in context.CUE_KINDS:
+                # One word part with several cues of one scope, one winner: a topic is told by
+                # several of its words ('arms' after 'war', after 'battle'), a register by several
+                # forms ('thou', 'thee', 'thy'); through a shared cue the forms join too (below).
+                uf.union(gi, first_with.setdefault((units[i].key, "cues of", head.left_kind, head.word_value), gi))
             place = _place(units[i])
             if place is None:
                 continue
@@ -198,9 +204,9 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
 
 PLACE = "place"  # what joins units of one such place in `finding_groups`, in place of a latent
 # Places that join alone: a layout, one named word before ('lord' and 'mother' right after 'my'), or
-# one cue word shortly before ('were' and 'be' with 'if' among the words before). A class before
-# ("after an auxiliary", "after punctuation") is too broad to: it needs a latent.
-PLACES_THAT_JOIN = ("layout", "form", "cue")
+# one cue word before, in any scope ('were' and 'be' with 'if' among the words before). A class
+# before ("after an auxiliary", "after punctuation") is too broad to: it needs a latent.
+PLACES_THAT_JOIN = ("layout", "form", *context.CUE_KINDS)
 
 
 def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> list[Tested]:

@@ -21,10 +21,15 @@ TOKENIZER_KINDS = ["smollm2", "gemma", "minilm"]
 
 
 def _publish(tmp: Path, target: Path) -> Path:
-    if target.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-        return target
-    os.replace(tmp, target)
+    """Moves a built asset into place; when another test worker published it first, keeps theirs."""
+    try:
+        if not target.exists():
+            os.replace(tmp, target)
+            return target
+    except OSError:
+        if not target.exists():
+            raise
+    shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
