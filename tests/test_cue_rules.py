@@ -63,15 +63,20 @@ def _corpus(rng, n_docs=400):
     return docs, np.array(delta)
 
 
-def test_the_search_states_a_cue_that_decides_a_difference_and_no_cue_for_a_form_that_differs_everywhere():
-    rng = np.random.default_rng(0)
-    docs, delta = _corpus(rng)
+def _searched(docs, delta, rng):
+    """The search's rules by rule, on model B's random log-probs and model A's = B's + `delta` + noise."""
     attrs = word_attributes(docs)
     n = len(attrs.form)
     lp_b = -rng.exponential(1.0, n)
     lp_a = lp_b + delta + rng.normal(0, 0.1, n)
     split = rng.random(n) < 0.5
-    found = {f.rule: f for f in search_rules(attrs, np.flatnonzero(split), np.flatnonzero(~split), lp_a, lp_b, 5, 1.0, 0.1)}
+    return {f.rule: f for f in search_rules(attrs, np.flatnonzero(split), np.flatnonzero(~split), lp_a, lp_b, 5, 1.0, 0.1)}
+
+
+def test_the_search_states_a_cue_that_decides_a_difference_and_no_cue_for_a_form_that_differs_everywhere():
+    rng = np.random.default_rng(0)
+    docs, delta = _corpus(rng)
+    found = _searched(docs, delta, rng)
     were_if = Rule("form", "f:were", "cue", "f:if")
     assert found[were_if].sign == 1
     assert were_if.describe() == "'were' with 'if' among the 8 words before"
@@ -103,12 +108,7 @@ def _topic_and_register_corpus(rng, n_docs=300):
 def test_the_search_states_a_topic_by_a_cue_earlier_in_the_text_and_a_register_by_a_cue_earlier_in_the_sentence():
     rng = np.random.default_rng(1)
     docs, delta = _topic_and_register_corpus(rng)
-    attrs = word_attributes(docs)
-    n = len(attrs.form)
-    lp_b = -rng.exponential(1.0, n)
-    lp_a = lp_b + delta + rng.normal(0, 0.1, n)
-    split = rng.random(n) < 0.5
-    found = {f.rule: f for f in search_rules(attrs, np.flatnonzero(split), np.flatnonzero(~split), lp_a, lp_b, 5, 1.0, 0.1)}
+    found = _searched(docs, delta, rng)
     topic, register = Rule("form", "f:king", "cue_text", "f:war"), Rule(None, None, "cue_sentence", "f:thou")
     assert found[topic].sign == 1 and found[register].sign == -1
     assert Rule("form", "f:king") not in found  # four fifths of its words differ nowhere
