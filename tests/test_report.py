@@ -18,6 +18,7 @@ from bbox_sae.errors import ArtifactError
 from bbox_sae.features import FINDING_SCHEMA
 from bbox_sae.layout import RunLayout
 from bbox_sae.report import FINDING_COLUMNS, WANDB_COLUMNS, run_report
+from helpers.wandb_log import logged_bytes
 
 HOSTILE_WORD = "<script>alert(1)</script>"
 HOSTILE_LEFT = "before </script><script>alert(2)</script> "
@@ -446,8 +447,7 @@ def test_wandb_tables_have_documented_columns_and_all_rows(offline_runs):
 def test_wandb_logs_charts_not_a_panel_per_kept_feature(offline_runs):
     """A panel per kept latent floods a workspace at thousands of latents: the charts are one image each."""
     _, _, result = offline_runs
-    (log,) = Path(result["wandb_dir"]).glob("*.wandb")
-    raw = log.read_bytes()
+    raw = logged_bytes(Path(result["wandb_dir"]))
     assert b"dlogp_hist/" not in raw and b"findings_forest" in raw
 
 
@@ -468,8 +468,7 @@ def test_wandb_run_carries_the_findings_tables_and_each_sae_as_artifacts(tmp_pat
     sae_run.weights.write_bytes(b"weights")
     sae_run.sae_config.write_text("{}")
     result = run_report(report_config(out, mode="offline"))
-    (log,) = Path(result["wandb_dir"]).glob("*.wandb")
-    raw = log.read_bytes()
+    raw = logged_bytes(Path(result["wandb_dir"]))
     assert b"sae-batchtopk-d64-k4" in raw and b"run-findings" in raw
     for name in ("findings.parquet", "finding_words.parquet", "features.parquet", "sae_weights.safetensors", "cfg.json"):
         assert name.encode() in raw, name

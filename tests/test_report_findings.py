@@ -23,6 +23,7 @@ from bbox_sae.report import FINDING_COLUMNS, run_report
 from bbox_sae.report.finding_inputs import FINDING_CONTEXTS, spread
 from bbox_sae.report.plots import domains_figure, forest_figure
 from bbox_sae.schemas import FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
+from helpers.wandb_log import logged_bytes
 
 # Held-out documents: finding 0 ('were', alpha better) covers word 2 of each "if you were i";
 # finding 1 (beta better) the closing quote of each 'say "hi"' and the hostile word.
@@ -298,8 +299,7 @@ def test_wandb_findings_table_is_plain_text_with_marked_contexts(run):
 def test_wandb_logs_one_image_per_chart_and_no_panel_per_latent(run):
     _, result, _, _ = run
     run_dir = Path(result["wandb_dir"])
-    (log,) = run_dir.glob("*.wandb")
-    raw = log.read_bytes()
+    raw = logged_bytes(run_dir)
     assert b"dlogp_hist/" not in raw
     images = sorted(p.name.split("_")[0] + "_" + p.name.split("_")[1] for p in (run_dir / "files" / "media" / "images").glob("*.png"))
     assert images == ["domains_chart", "findings_forest", "gap_chart"]

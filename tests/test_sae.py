@@ -10,6 +10,7 @@ from bbox_sae.train.sae import RowBatches, run_dir_for, run_train
 from bbox_sae.train.sweep_config import read_sweep, wandb_sweep_spec
 from helpers.hardening import interrupt_training
 from helpers.planted import planted_run
+from helpers.wandb_log import logged_bytes
 
 
 @pytest.mark.parametrize("architecture,matrix_dtype", [("topk", "float32"), ("batchtopk", "float32"), ("topk", "float16")])
@@ -33,7 +34,7 @@ def test_wandb_offline_run_has_the_logged_keys_and_no_artifact_per_checkpoint(tm
     run_train(cfg)
     runs = list(cfg.paths.wandb.rglob("offline-run-*"))
     assert len(runs) == 1
-    blob = next(runs[0].glob("*.wandb")).read_bytes()
+    blob = logged_bytes(runs[0])
     for key in (
         b"losses/mse_loss",
         b"metrics/l0",

@@ -22,6 +22,7 @@ from helpers.cli import assert_one_line_error, bbox
 from helpers.planted import planted_run
 from helpers.project import SMALL_RUN, Project, make_project, sample_docs
 from helpers.repo import load_script
+from helpers.wandb_log import logged_bytes
 
 
 def test_flags_name_poor_reconstruction_off_k_sparsity_and_short_runs():
@@ -57,7 +58,7 @@ def test_sweep_writes_a_flagged_summary_a_plot_and_a_wandb_table(tmp_path, capsy
     png = cfg.paths.sweep_summary_png.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "1 run(s) flagged (total_rows1024)" in " ".join(capsys.readouterr().out.split())
-    summary_runs = [p for p in cfg.paths.wandb.rglob("offline-run-*") if b"sweep/summary" in next(p.glob("*.wandb")).read_bytes()]
+    summary_runs = [p for p in cfg.paths.wandb.rglob("offline-run-*") if b"sweep/summary" in logged_bytes(p)]
     assert len(summary_runs) == 1
 
 

@@ -52,11 +52,17 @@ def _varint(raw: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
+def logged_bytes(run_dir: Path) -> bytes:
+    """Every record the run's `.wandb` log holds, unframed: a name searched in the raw file can
+    straddle a block boundary (CI once missed an artifact's name that way)."""
+    (log,) = run_dir.glob("*.wandb")
+    return _payload(log.read_bytes())
+
+
 def logged_summary(run_dir: Path, prefix: str) -> dict:
     """The summary items whose key starts with `prefix`, the last value of each: a SummaryItem is
     `key` (field 1) then `value_json` (field 16, tag bytes 0x82 0x01), each length-prefixed."""
-    (log,) = run_dir.glob("*.wandb")
-    raw = _payload(log.read_bytes())
+    raw = logged_bytes(run_dir)
     out = {}
     for match in re.finditer(rb"\n([\x01-\x7f])(" + re.escape(prefix.encode()) + rb"[^\x00-\x1f]*?)\x82\x01", raw):
         if len(match.group(2)) != match.group(1)[0]:
