@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.features.context import CUE_SCOPES, CUE_WINDOW, cue_windows
-from bbox_sae.features.rule_search import search_rules
+from bbox_sae.features.rule_search import search_rules, search_topic_rules
 from bbox_sae.features.rule_statements import describe_rules
 from bbox_sae.features.rules import Rule, word_attributes
 
@@ -123,3 +123,77 @@ def test_one_word_part_after_several_cues_of_one_scope_is_said_once():
     assert describe_rules(register) == "a word with 'thou', 'thy' or 'thee' earlier in its sentence"
     topic = [Rule("form", "f:king", "cue_text", "f:war"), Rule("form", "f:lord", "cue_text", "f:war")]
     assert describe_rules(topic) == "'king' or 'lord', each with 'war' earlier in the text"
+
+
+NOUNS = [f" n{i}" for i in range(24)] + [" arms", " field", " colours", " drum", " horse", " sword"]
+TOPIC_FORMS = {"f:arms", "f:field", "f:colours", "f:drum", "f:horse", "f:sword"}
+
+
+def _topic_corpus(rng, planted: bool, n_docs=400):
+    """Some texts open on 'war' or 'battle'; there six of 30 nouns are model A's (when
+    `planted`), each of them with its cue on a few train words only; elsewhere nothing differs."""
+    docs, delta = [], []
+    for _ in range(n_docs):
+        cue = rng.choice([" war", " battle"]) if rng.random() < 0.15 else rng.choice([" peace", " feast", " court", " sea"])
+        words, d = [cue, "."], [0.0, 0.0]
+        for _ in range(12):
+            noun = NOUNS[rng.integers(len(NOUNS))]
+            for w in (" the", noun, " was", " here", "."):
+                words.append(w)
+                d.append(2.0 if planted and w == noun and cue in (" war", " battle") and f"f:{noun.strip()}" in TOPIC_FORMS else 0.0)
+        docs.append(words)
+        delta += d
+    return docs, np.array(delta)
+
+
+def test_a_topic_told_by_several_forms_each_rare_with_its_cue_is_one_rule_per_cue_and_nothing_without_it():
+    rng = np.random.default_rng(2)
+    docs, delta = _topic_corpus(rng, planted=True)
+    attrs = word_attributes(docs)
+    lp_b = -rng.exponential(1.0, len(delta))
+    lp_a = lp_b + delta + rng.normal(0, 0.1, len(delta))
+    train, holdout = np.flatnonzero(rng.random(len(delta)) < 0.5), None
+    holdout = np.setdiff1d(np.arange(len(delta)), train)
+    topics = search_topic_rules(attrs, train, holdout, lp_a - lp_b, 5, 1.0)
+    assert sorted(f.rule.left_value for f in topics) == ["f:battle", "f:war"] and all(f.sign == 1 for f in topics)
+    planted = np.flatnonzero(delta == 2.0)
+    for f in topics:
+        # Its forms are chosen on half of train's texts: one is missing only where that half held fewer than 2 of its words.
+        assert f.rule.word_kind == "forms" and 4 <= len(f.rule.word_value.split("|")) and set(f.rule.word_value.split("|")) <= TOPIC_FORMS
+        assert np.isin(f.holdout_rows, planted).all() and np.array_equal(f.holdout_rows, holdout[f.rule.mask(attrs, holdout)])
+    # A form the choosing half saw once with a cue is left out of that cue's set (74% covered here).
+    covered = np.unique(np.concatenate([f.holdout_rows for f in topics]))
+    assert len(covered) >= 0.6 * np.isin(holdout, planted).sum()
+    # The same texts with nothing planted: no set of forms passes on the confirming texts.
+    null_docs, null_delta = _topic_corpus(np.random.default_rng(2), planted=False)
+    null_attrs = word_attributes(null_docs)
+    noise = np.random.default_rng(3).normal(0, 1.0, len(null_delta))
+    assert search_topic_rules(null_attrs, train, holdout, noise, 5, 1.0) == []
+
+
+def test_a_set_of_forms_holds_where_one_of_its_forms_does_and_is_said_as_a_topic_after_all_its_cues():
+    attrs = word_attributes([[" war", ".", " the", " arms", " and", " field", " sword", " arms", "."]])
+    arms_field = Rule("forms", "f:arms|f:field", "cue_text", "f:war")
+    assert (
+        arms_field.mask(attrs).tolist()
+        == (Rule("form", "f:arms", "cue_text", "f:war").mask(attrs) | Rule("form", "f:field", "cue_text", "f:war").mask(attrs)).tolist()
+    )
+    assert arms_field.describe() == "'arms' or 'field' with 'war' earlier in the text"
+    by_battle = Rule("forms", "f:field|f:sword", "cue_text", "f:battle")
+    assert describe_rules([arms_field, by_battle]) == "'arms', 'field' or 'sword' with 'war' or 'battle' earlier in the text"
+
+
+def test_detection_against_the_same_forms_elsewhere_scores_a_list_of_forms_at_chance_and_a_cue_by_what_it_says():
+    from bbox_sae.labeling.finding_statements import Statement, same_forms_detection
+    from bbox_sae.labeling.records import Context, FeatureExamples
+
+    with_if = tuple(Context(left, " were", "") for left in ("if you", "and if it please you that I", "if she"))
+    without = tuple(Context(left, " were", "") for left in ("you", "they", "as we"))
+    other = (Context("the", " king", ""),)
+    feature = FeatureExamples(0, train=with_if, holdout=with_if, negative=without + other, comparisons=())
+    cue = Statement("'were' with 'if' among the 8 words before", "rule", rules=(Rule("form", "f:were", "cue", "f:if"),))
+    forms = Statement("'were'", "rule", rules=(Rule("form", "f:were"),))
+    assert same_forms_detection(cue, feature) == 1.0 and same_forms_detection(forms, feature) == 0.5
+    topic = Statement("'were' with 'war' earlier in the text", "rule", rules=(Rule("form", "f:were", "cue_text", "f:war"),))
+    assert same_forms_detection(topic, feature) == 0.5  # a shown context cannot tell the text's topic
+    assert same_forms_detection(cue, FeatureExamples(0, with_if, with_if, other, ())) is None

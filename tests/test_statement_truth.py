@@ -36,6 +36,8 @@ RULES = [
     Rule(None, None, "cue_sentence", "f:you"),
     Rule("form", "f:?", "cue_text", "f:cat"),
     Rule(None, None, "cue_text", "f:gloster"),
+    Rule("forms", "f:?|f:lord|f:you", "cue_text", "f:cat"),
+    Rule("forms", "f:lord|f:why", None, None),
 ]
 
 

@@ -85,6 +85,8 @@ def _holds(rule: dict, doc: _Document, i: int) -> bool:
     kind, value = rule.get("word_kind"), rule.get("word_value")
     if kind == "form" and form_of(words[i]) != value[2:]:
         return False
+    if kind == "forms" and form_of(words[i]) not in {v[2:] for v in value.split("|")}:
+        return False
     if kind == "class" and class_of(words[i]) != value[2:]:
         return False
     kind, value = rule.get("left_kind"), rule.get("left_value")

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.stats import binom
 
 from bbox_sae.features import context
-from bbox_sae.features.rules import Rule, WordAttributes
+from bbox_sae.features.rules import Rule, WordAttributes, form_set_value
 
 # (word part, left part) of each searched shape; a left part is a column of WordAttributes, a
 # layout flag or a context flag (`context.FLAGS`). Not searched: a class alone or after a class (a
@@ -189,12 +189,64 @@ def search_cue_rules(
     return out
 
 
+# A topic shows in several of its words ('arms', 'field' and 'colours' in texts that named 'war'),
+# each with its cue on too few train words for the sign test: planted "a word's sense by the topic
+# of its text" came back at recall 0.15 as pairs. So the forms are chosen on half of train's
+# documents and the set is confirmed on the other half: the test that gates it is not the one that
+# chose it (on the choosing half, chosen forms pass any sign test). The held-out test stays the finding's.
+TOPIC_SCOPES = ("cue_text",)
+MIN_TOPIC_FORMS = 2
+
+
+def search_topic_rules(
+    attrs: WordAttributes, train: np.ndarray, holdout: np.ndarray, dlogp: np.ndarray, min_words: int, min_dlogp: float, kind: str = "cue_text"
+) -> list[SearchedRule]:
+    """Rules of a set of forms with one cue word in the scope `kind` ("'arms', 'field' or
+    'colours' with 'war' earlier in the text"). Per cue and winner, the forms whose words with the
+    cue pass the effect rule on the choosing documents (even-numbered) while the form there shows at
+    most half of it and the cue stands before at most `MAX_CUE_SHARE` of its words; kept when the
+    set's words with the cue on the confirming documents (odd) number `min_words`, span
+    `MIN_CUE_DOCS` documents, pass the effect rule's median and the sign test (`MAX_CUE_SIGN_P`)."""
+    if attrs.doc is None or not len(train):
+        return []
+    rows, keys = _cue_pairs(attrs, train, kind, any_word=False)
+    choosing = attrs.doc[rows] % 2 == 0
+    uniq, counts, med = group_medians(keys[choosing], dlogp[rows[choosing]])
+    sign = np.where(np.abs(med) > min_dlogp, np.sign(med), 0).astype(int)
+    chosen_train = train[attrs.doc[train] % 2 == 0]
+    forms, form_counts, form_logp = group_medians(attrs.form[chosen_train].astype(np.int64), dlogp[chosen_train])
+    word, cue = np.divmod(uniq, len(attrs.vocab))
+    at = np.minimum(np.searchsorted(forms, word), max(len(forms) - 1, 0))  # every pair's form is a chosen train form
+    lettered = np.array([any(ch.isalpha() for ch in v[2:]) for v in attrs.vocab], dtype=bool)
+    eligible = (counts >= 2) & (sign != 0) & (form_logp[at] * sign < 0.5 * np.abs(med)) & (counts <= MAX_CUE_SHARE * form_counts[at])
+    eligible &= lettered[word] & (word != cue)
+    # One group per (cue, winner); a pair key names its cue, so it is in at most one group.
+    pair_keys = uniq[eligible]
+    group_keys, group_of_pair, forms_per_group = np.unique(cue[eligible] * 2 + (sign[eligible] > 0), return_inverse=True, return_counts=True)
+    confirm_rows, confirm_keys = rows[~choosing], keys[~choosing]
+    hit_at = np.minimum(np.searchsorted(pair_keys, confirm_keys), max(len(pair_keys) - 1, 0))
+    hit = pair_keys[hit_at] == confirm_keys if len(pair_keys) else np.zeros(len(confirm_keys), dtype=bool)
+    group = group_of_pair[hit_at[hit]]
+    groups, n, group_med = group_medians(group, dlogp[confirm_rows[hit]])
+    group_sign = np.where(group_keys[groups] % 2 == 1, 1, -1)
+    passed = (forms_per_group[groups] >= MIN_TOPIC_FORMS) & (n >= min_words) & (group_med * group_sign > min_dlogp)
+    passed &= _documents_per_key(group, attrs.doc[confirm_rows[hit]], groups) >= MIN_CUE_DOCS.get(kind, 1)
+    passed &= _sign_test(group, dlogp[confirm_rows[hit]], groups, n, group_sign) < MAX_CUE_SIGN_P[kind]
+    out = []
+    for g, s in zip(groups[passed].tolist(), group_sign[passed].tolist()):
+        members = word[eligible][group_of_pair == g]
+        rule = Rule("forms", form_set_value([attrs.vocab[w] for w in members]), kind, attrs.vocab[group_keys[g] // 2])
+        out.append(SearchedRule(rule, s, train[rule.mask(attrs, train)], holdout[rule.mask(attrs, holdout)]))
+    return out
+
+
 def search_rules(
     attrs: WordAttributes, train: np.ndarray, holdout: np.ndarray, lp_a: np.ndarray, lp_b: np.ndarray, min_words: int, min_dlogp: float, min_dp: float
 ) -> list[SearchedRule]:
     """Every rule of `SHAPES` with at least `min_words` train words whose train median passes the
     effect rule, with the sign of that median (log-prob first; Δp when only it passes), and the cue
-    rules of every scope (`context.CUE_SCOPES`) whose cue is what differs (`search_cue_rules`)."""
+    rules of every scope (`context.CUE_SCOPES`) whose cue is what differs (`search_cue_rules`), and
+    a topic's sets of forms with one cue (`search_topic_rules`)."""
     dlogp = lp_a - lp_b
     dp = np.exp(lp_a) - np.exp(lp_b)
     found: list[SearchedRule] = []
@@ -208,6 +260,8 @@ def search_rules(
         said = {(f.rule.left_value, f.sign) for f in any_word}
         forms = search_cue_rules(attrs, train, holdout, dlogp, dp, min_words, min_dlogp, min_dp, scope.kind)
         found += any_word + [f for f in forms if (f.rule.left_value, f.sign) not in said]
+    for kind in TOPIC_SCOPES:
+        found += search_topic_rules(attrs, train, holdout, dlogp, min_words, min_dlogp, kind)
     for shape in SHAPES:
         rows, keys = _keys(attrs, shape, train)
         uniq, counts, med_logp = group_medians(keys, dlogp[rows])

@@ -4,9 +4,8 @@ of a line: 'then', 'or', 'yet', 'whose' and 3 more"), one form after several wor
 from __future__ import annotations
 
 from bbox_sae.features.context import CUE_KINDS
-from bbox_sae.features.rules import Rule, _phrase
+from bbox_sae.features.rules import FORMS_SEP, LISTED_FORMS, Rule, _phrase, form_set_value, listed
 
-LISTED_FORMS = 4  # forms of one place said in full; past this many, the rest are counted
 # Places said several ways by the grammar: a left class or form of layout is that layout.
 LAYOUT_LEFTS = {
     ("class", "c:newline"): ("layout", "line_start"),
@@ -60,13 +59,16 @@ def _several_cues(rules: list[Rule] | tuple[Rule, ...]) -> tuple[list[str], list
     by_part: dict[tuple, list[Rule]] = {}
     for r in rules:
         if r.left_kind in CUE_KINDS:
-            by_part.setdefault((r.left_kind, r.word_kind, r.word_value), []).append(r)
+            # A topic's form sets, one per cue, are said as one set after any of its cues.
+            by_part.setdefault((r.left_kind, r.word_kind, None if r.word_kind == "forms" else r.word_value), []).append(r)
     parts, grouped = [], set()
     for (kind, word_kind, word_value), group in by_part.items():
         if len(group) < 2:
             continue
+        if word_kind == "forms":
+            word_value = form_set_value(list({f for r in group for f in r.word_value.split(FORMS_SEP)}))
         subject = _phrase(word_kind, word_value) if word_kind else "a word"
-        cues = _listed([_phrase("form", r.left_value) for r in group], "a word")
+        cues = listed([_phrase("form", c) for c in dict.fromkeys(r.left_value for r in group)], "a word")
         parts.append(f"{subject} with {cues} {CUE_KINDS[kind].phrase}")
         grouped.update(group)
     return parts, [r for r in rules if r not in grouped]
@@ -77,10 +79,10 @@ def _together(group: list[Rule]) -> str:
         return group[0].describe()
     words = [_phrase(r.word_kind, r.word_value) for r in group]
     if not group[0].left_kind:
-        return _listed(words, "a word")
+        return listed(words, "a word")
     if _one_form_after_forms(group):
         lefts = [_phrase("form", r.left_value) for r in group]
-        return f"{_phrase('form', group[0].word_value)} right after {_listed(lefts, 'a word')}"
+        return f"{_phrase('form', group[0].word_value)} right after {listed(lefts, 'a word')}"
     if len({r.word_value for r in group}) == 1 and len({canonical_place(r) for r in group}) == len(group):  # one form, several contexts
         contexts = [Rule(None, None, r.left_kind, r.left_value).describe().removeprefix("a word ") for r in group]
         return f"{_phrase('form', group[0].word_value)} {' or '.join(contexts)}"
@@ -92,13 +94,6 @@ def _together(group: list[Rule]) -> str:
 
 def _one_form_after_forms(group: list[Rule]) -> bool:
     return len({r.word_value for r in group}) == 1 and all(r.left_kind == "form" for r in group) and len({r.left_value for r in group}) == len(group)
-
-
-def _listed(phrases: list[str], noun: str) -> str:
-    """'a', 'b' or 'c'; past `LISTED_FORMS` and one more, "one of 9 words: 'a', 'b', 'c', 'd' and 5 more"."""
-    if len(phrases) > LISTED_FORMS + 1:
-        return f"one of {len(phrases)} {noun.removeprefix('a ')}s: {', '.join(phrases[:LISTED_FORMS])} and {len(phrases) - LISTED_FORMS} more"
-    return f"{', '.join(phrases[:-1])} or {phrases[-1]}"
 
 
 def _after_left_forms(said: list[list[Rule]]) -> list[list[Rule]]:

@@ -228,11 +228,22 @@ def shown_word_attributes(left_words: list[str], word: str) -> WordAttributes:
     return replace(attrs, shown=True)
 
 
+# A rule's word part may be a set of forms ('forms'): a topic shows in several of its words
+# ('arms', 'field' or 'colours' in a text that named 'war'), each too rare with its cue to test alone.
+FORMS_SEP = "|"
+
+
+def form_set_value(forms: list[str]) -> str:
+    """The `word_value` of a 'forms' rule: its vocab strings, sorted (so one set is one rule)."""
+    return FORMS_SEP.join(sorted(forms))
+
+
 @dataclass(frozen=True)
 class Rule:
-    """A condition on the word (`word_kind` 'form' or 'class') and/or on its left context
-    (`left_kind` 'form', 'class', 'form2' (two words back), 'layout' or 'context'); values are
-    vocab strings, layout names or `context.FLAGS`."""
+    """A condition on the word (`word_kind` 'form', 'forms' (one of several forms, `FORMS_SEP`
+    between them) or 'class') and/or on its left context (`left_kind` 'form', 'class', 'form2'
+    (two words back), 'layout', 'context' or a cue scope); values are vocab strings, layout names
+    or `context.FLAGS`."""
 
     word_kind: str | None = None
     word_value: str | None = None
@@ -244,7 +255,9 @@ class Rule:
         n = len(attrs.form) if rows is None else len(rows)
         m = np.ones(n, dtype=bool)
         code = attrs.code
-        if self.word_kind:
+        if self.word_kind == "forms":
+            m &= np.isin(take(attrs.form), [code.get(f, -1) for f in self.word_value.split(FORMS_SEP)])
+        elif self.word_kind:
             col = attrs.form if self.word_kind == "form" else attrs.cls
             m &= take(col) == code.get(self.word_value, -1)
         if self.left_kind == "layout":
@@ -279,7 +292,21 @@ class Rule:
         return {"word_kind": self.word_kind, "word_value": self.word_value, "left_kind": self.left_kind, "left_value": self.left_value}
 
 
+LISTED_FORMS = 4  # forms said in full; past this many and one more, the rest are counted
+
+
+def listed(phrases: list[str], noun: str) -> str:
+    """'a', 'b' or 'c'; past `LISTED_FORMS` and one more, "one of 9 words: 'a', 'b', 'c', 'd' and 5 more"."""
+    if len(phrases) == 1:
+        return phrases[0]
+    if len(phrases) > LISTED_FORMS + 1:
+        return f"one of {len(phrases)} {noun.removeprefix('a ')}s: {', '.join(phrases[:LISTED_FORMS])} and {len(phrases) - LISTED_FORMS} more"
+    return f"{', '.join(phrases[:-1])} or {phrases[-1]}"
+
+
 def _phrase(kind: str, value: str) -> str:
+    if kind == "forms":
+        return listed([_phrase("form", f) for f in value.split(FORMS_SEP)], "a word")
     text = value[2:]
     if kind == "class":
         return CLASS_PHRASES.get(text, text)

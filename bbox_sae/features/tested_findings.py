@@ -38,7 +38,7 @@ from bbox_sae.features.findings import (
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.places import JOINING_CONTEXTS, carrying_latents, unit_place
 from bbox_sae.features.rule_statements import describe_rules
-from bbox_sae.features.rules import Rule, RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.rules import FORMS_SEP, Rule, RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import WordSet, describe_words_covered
 from bbox_sae.schemas import latent_ids
 
@@ -183,8 +183,11 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
             if head is not None and head.left_kind in context.CUE_KINDS:
                 # One word part with several cues of one scope, one winner: a topic is told by
                 # several of its words ('arms' after 'war', after 'battle'), a register by several
-                # forms ('thou', 'thee', 'thy'); through a shared cue the forms join too (below).
-                uf.union(gi, first_with.setdefault((units[i].key, "cues of", head.left_kind, head.word_value), gi))
+                # forms ('thou', 'thee', 'thy'); through a shared cue the forms join too (below). A
+                # topic's set of forms with one cue joins the sets with its other cues by any form.
+                parts = head.word_value.split(FORMS_SEP) if head.word_kind == "forms" else [head.word_value]
+                for part in parts:
+                    uf.union(gi, first_with.setdefault((units[i].key, "cues of", head.left_kind, part), gi))
             place = _place(units[i])
             if place is None:
                 continue

@@ -43,6 +43,7 @@ FINDING_LABEL_SCHEMA = pa.schema(
         ("detection", pa.float64()),
         ("detection_precision", pa.float64()),
         ("detection_recall", pa.float64()),
+        ("detection_same_forms", pa.float64()),
         ("fuzz_score", pa.float64()),
     ]
 )
@@ -127,6 +128,20 @@ def finding_examples(src: FeatureSource, paths: RunLayout, findings: list[dict],
     ]
 
 
+def same_forms_detection(statement: Statement, feature: FeatureExamples) -> float | None:
+    """Balanced accuracy of the statement on the finding's held-out words against held-out words of
+    the same forms outside it: a list of forms scores chance, so what is left is what the statement
+    says of the context. What a shown context cannot tell (a cue earlier in the text) is taken as
+    holding (`rules.shown_word_attributes`), so a topic's statement scores chance here too."""
+    own = {normalize_form(c.word) for c in (*feature.train, *feature.holdout)}
+    near = [c for c in feature.negative if normalize_form(c.word) in own]
+    if not near or not feature.holdout:
+        return None
+    hits = np.mean([statement.fits(c) for c in feature.holdout])
+    rejections = np.mean([not statement.fits(c) for c in near])
+    return float((hits + rejections) / 2)
+
+
 def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) -> tuple[pa.Table, int]:
     """finding_labels.parquet's table (one row per finding), and how many findings were offered to
     the LLM: with an LLM labeler's `stats` (None offline), latent findings are, and its requests
@@ -150,6 +165,7 @@ def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) ->
         results.update({e.latent: offline(e, cfg.seed, lc.fuzz_examples) for e in examples if e.latent not in results})
     else:
         results = {e.latent: offline(e, cfg.seed, lc.fuzz_examples) for e in examples}
+    same_forms = {e.latent: same_forms_detection(statements[e.latent], e) for e in examples}
     rows = [
         {
             "finding": f["finding"],
@@ -159,6 +175,7 @@ def label_findings(src: FeatureSource, paths: RunLayout, stats: Stats | None) ->
             "detection": r.score,
             "detection_precision": r.precision,
             "detection_recall": r.recall,
+            "detection_same_forms": same_forms.get(f["finding"]) if r.label == statements[f["finding"]].text else None,
             "fuzz_score": r.fuzz,
         }
         for f in findings
@@ -197,6 +214,7 @@ def labeled_findings(paths: RunLayout) -> list[dict]:
                 "detection": None,
                 "detection_precision": None,
                 "detection_recall": None,
+                "detection_same_forms": None,
                 "fuzz_score": None,
             }
         )

@@ -106,7 +106,8 @@ def against_search(paths: RunLayout, findings: list[dict]) -> str | None:
     return (
         f"Against the rule search: every rule of the grammar (a form; a form after a form or a class; a form at a line start or after a blank line; "
         f"a class after a form; a context attribute such as a long-range repeat, brackets or the sentence's first word, alone or with a form "
-        f"or class) tested the same way, with no SAE, confirms {n} distinct difference(s); the findings cover "
+        f"or class; a form or any word with a cue word shortly before, earlier in its sentence or earlier in the text; a set of forms with a "
+        f"topic word earlier in the text) tested the same way, with no SAE, confirms {n} distinct difference(s); the findings cover "
         f"{sum(c is not None for c in covered)}{share} of them (rule_search.parquet). {beyond} finding(s) are stated by no single rule of the "
         "grammar (a latent's group of words, or rules of one place joined by a latent or a layout): what the SAE and the grouping added."
     )

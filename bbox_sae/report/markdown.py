@@ -87,7 +87,7 @@ def _md_finding(f: dict, min_words: int) -> list[str]:
         "",
         f"**{_md(f['better_model'])} better** ({_md(f['model_a'])} vs {_md(f['model_b'])}) · {_md(f.get('kind') or 'rule')}, said by "
         f"{_md(f.get('statement_source') or '-')} · held-out Δlog p {delta} · n = {fmt(f['holdout_n'], ',')} · q = {fmt(f['q_value'], '.1e')} "
-        f"· detection {fmt(f.get('detection'), '.2f')}{rule_fit}",
+        f"· detection {fmt(f.get('detection'), '.2f')} (against its own forms elsewhere {fmt(f.get('detection_same_forms'), '.2f')}){rule_fit}",
         "",
         f"{_md(f['tested'])[:1].upper()}{_md(f['tested'])[1:]}.",
         "",
