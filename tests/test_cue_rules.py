@@ -129,24 +129,29 @@ NOUNS = [f" n{i}" for i in range(24)] + [" arms", " field", " colours", " drum",
 TOPIC_FORMS = {"f:arms", "f:field", "f:colours", "f:drum", "f:horse", "f:sword"}
 
 
-def _topic_corpus(rng, planted: bool, n_docs=400):
-    """Some texts open on 'war' or 'battle'; there six of 30 nouns are model A's (when
-    `planted`), each of them with its cue on a few train words only; elsewhere nothing differs."""
+TOPIC_CUES = (" war", " battle", " soldier")
+
+
+def _topic_corpus(rng, planted: bool, n_docs=400, soldier_share=0.0):
+    """Some texts open on 'war' or 'battle' (and `soldier_share` on 'soldier'); there six of 30
+    nouns are model A's (when `planted`), each of them with its cue on a few train words only;
+    elsewhere nothing differs."""
     docs, delta = [], []
     for _ in range(n_docs):
-        cue = rng.choice([" war", " battle"]) if rng.random() < 0.15 else rng.choice([" peace", " feast", " court", " sea"])
+        r = rng.random()
+        cue = rng.choice([" war", " battle"]) if r < 0.15 else " soldier" if r < 0.15 + soldier_share else rng.choice([" peace", " feast", " court", " sea"])
         words, d = [cue, "."], [0.0, 0.0]
         for _ in range(12):
             noun = NOUNS[rng.integers(len(NOUNS))]
             for w in (" the", noun, " was", " here", "."):
                 words.append(w)
-                d.append(2.0 if planted and w == noun and cue in (" war", " battle") and f"f:{noun.strip()}" in TOPIC_FORMS else 0.0)
+                d.append(2.0 if planted and w == noun and cue in TOPIC_CUES and f"f:{noun.strip()}" in TOPIC_FORMS else 0.0)
         docs.append(words)
         delta += d
     return docs, np.array(delta)
 
 
-def test_a_topic_told_by_several_forms_each_rare_with_its_cue_is_one_rule_per_cue_and_nothing_without_it():
+def test_a_topic_told_by_several_forms_each_rare_with_its_cue_is_a_set_of_forms_with_each_cue_and_nothing_without_it():
     rng = np.random.default_rng(2)
     docs, delta = _topic_corpus(rng, planted=True)
     attrs = word_attributes(docs)
@@ -155,7 +160,10 @@ def test_a_topic_told_by_several_forms_each_rare_with_its_cue_is_one_rule_per_cu
     train, holdout = np.flatnonzero(rng.random(len(delta)) < 0.5), None
     holdout = np.setdiff1d(np.arange(len(delta)), train)
     topics = search_topic_rules(attrs, train, holdout, lp_a - lp_b, 5, 1.0)
-    assert sorted(f.rule.left_value for f in topics) == ["f:battle", "f:war"] and all(f.sign == 1 for f in topics)
+    # Each cue chooses a set, and each set holds after the other cue too (`_more_cues`).
+    sets = {f.rule.word_value for f in topics}
+    assert {(v, c) for v in sets for c in ("f:battle", "f:war")} == {(f.rule.word_value, f.rule.left_value) for f in topics}
+    assert all(f.sign == 1 for f in topics)
     planted = np.flatnonzero(delta == 2.0)
     for f in topics:
         # Its forms are chosen on half of train's texts: one is missing only where that half held fewer than 2 of its words.
@@ -169,6 +177,26 @@ def test_a_topic_told_by_several_forms_each_rare_with_its_cue_is_one_rule_per_cu
     null_attrs = word_attributes(null_docs)
     noise = np.random.default_rng(3).normal(0, 1.0, len(null_delta))
     assert search_topic_rules(null_attrs, train, holdout, noise, 5, 1.0) == []
+
+
+def test_a_cue_too_rare_to_choose_forms_of_its_own_extends_a_topic_set_that_another_cue_chose():
+    """3% of texts open on 'soldier': no (form, 'soldier') pair is frequent enough to choose a set,
+    yet pooled over the forms 'war' chose, 'soldier' passes on the confirming texts."""
+    rng = np.random.default_rng(1)
+    docs, delta = _topic_corpus(rng, planted=True, soldier_share=0.03)
+    attrs = word_attributes(docs)
+    lp_b = -rng.exponential(1.0, len(delta))
+    lp_a = lp_b + delta + rng.normal(0, 0.1, len(delta))
+    train = np.flatnonzero(rng.random(len(delta)) < 0.5)
+    holdout = np.setdiff1d(np.arange(len(delta)), train)
+    topics = search_topic_rules(attrs, train, holdout, lp_a - lp_b, 5, 1.0)
+    by_soldier = [f for f in topics if f.rule.left_value == "f:soldier"]
+    assert len(by_soldier) == 1 and by_soldier[0].sign == 1
+    assert any(f.rule.word_value == by_soldier[0].rule.word_value for f in topics if f.rule.left_value != "f:soldier")
+    planted = np.flatnonzero(delta == 2.0)
+    assert np.isin(by_soldier[0].holdout_rows, planted).all() and len(by_soldier[0].holdout_rows) >= 10
+    # Each rule once, though two cues' sets of the same forms extend to each other's cue.
+    assert len({(f.rule, f.sign) for f in topics}) == len(topics)
 
 
 def test_a_set_of_forms_holds_where_one_of_its_forms_does_and_is_said_as_a_topic_after_all_its_cues():
@@ -197,3 +225,31 @@ def test_detection_against_the_same_forms_elsewhere_scores_a_list_of_forms_at_ch
     topic = Statement("'were' with 'war' earlier in the text", "rule", rules=(Rule("form", "f:were", "cue_text", "f:war"),))
     assert same_forms_detection(topic, feature) == 0.5  # a shown context cannot tell the text's topic
     assert same_forms_detection(cue, FeatureExamples(0, with_if, with_if, other, ())) is None
+
+
+def test_a_finding_whose_words_stand_in_a_topic_s_texts_joins_that_topic_for_its_winner_only():
+    from bbox_sae.features.candidates import Tested
+    from bbox_sae.features.tested_findings import joined_with_topics
+
+    war = [" war", ".", " arms", " and", " sword", ",", " thou", " sword", " field", "."]
+    peace = [" peace", ".", " bread", " and", " field", ",", " bread", " arms", " wine", "."]
+    docs = [war, peace, peace, war[:1] + peace[1:]]
+    # Too few texts to find the corpus's topic words: named here.
+    attrs = word_attributes(docs, topics=frozenset({"war", "peace"}))
+    train = np.arange(len(attrs.form))
+
+    def unit(rule, sign=1):
+        rows = train[rule.mask(attrs, train)]
+        return Tested("rule", ("a", "b"), sign, [], rows, rows, rule=rule, members=(rule,))
+
+    topic = Rule("forms", "f:arms|f:field", "cue_text", "f:war")
+    units = [
+        unit(topic),
+        unit(Rule("form", "f:sword")),  # only in the war text: the topic's word
+        unit(Rule("form", "f:bread")),  # one of its four words after 'war'
+        unit(Rule("form", "f:sword"), sign=-1),  # the other model's
+        unit(Rule(None, None, "cue_sentence", "f:thou")),  # says no word: a register, not a topic's word
+    ]
+    assert joined_with_topics([[0], [1], [2], [3], [4]], units, attrs, train) == [[0, 1], [2], [3], [4]]
+    # Where 'war' stands before most words, it names no topic and nothing joins.
+    assert joined_with_topics([[0], [1]], units, word_attributes([war, war], topics=frozenset({"war"})), np.arange(2 * len(war))) == [[0], [1]]

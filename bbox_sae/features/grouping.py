@@ -32,7 +32,7 @@ from bbox_sae.schemas import TestedRuleRecord
 # exclusions. 9: a left word joins like a layout; a latent's group that rules hold and that mixes
 # punctuation and words is not kept. 10: a place joins one kind of token. 29: cue words earlier in
 # the sentence or the text (`context.CUE_SCOPES`); one word part after several cues of one scope joins.
-FINDINGS_VERSION = 31
+FINDINGS_VERSION = 32
 
 
 def rule_columns(fit: LatentRule | None) -> dict:

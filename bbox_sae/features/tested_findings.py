@@ -37,6 +37,7 @@ from bbox_sae.features.findings import (
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
 from bbox_sae.features.places import JOINING_CONTEXTS, carrying_latents, unit_place
+from bbox_sae.features.rule_search import MAX_CUE_SHARE, TOPIC_SCOPES
 from bbox_sae.features.rule_statements import describe_rules
 from bbox_sae.features.rules import FORMS_SEP, Rule, RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
 from bbox_sae.features.word_sets import WordSet, describe_words_covered
@@ -205,6 +206,45 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
 
 
+# A finding whose train words stand at least this share where a topic finding's cue was named
+# earlier in the text, for the same winner, is that topic's word (`joined_with_topics`).
+IN_TOPIC = 0.8
+
+
+def joined_with_topics(groups: list[list[int]], units: list[Tested], attrs: WordAttributes, train: np.ndarray) -> list[list[int]]:
+    """Groups joined to a topic group (a word part with a cue earlier in the text: "'rome' with
+    'titus' earlier in the text", `rule_search.search_topic_rules`) of the same winner when `IN_TOPIC` of their train words stand
+    after one of its cues. Planted network words of the Handbook came back as the topic,
+    "'servers'" and "a lower-case word right after 'ip'": a form that is mostly in those texts
+    passes alone, and is the topic's. A topic whose cues stand before more than `MAX_CUE_SHARE` of
+    the train words names no topic, and a group that says no word part ("a word with 'you'
+    earlier in its sentence") is a register, not a topic's word."""
+    topics = {}
+    for gi, g in enumerate(groups):
+        cues = {r.left_value for i in g for r in units[i].stating_rules + units[i].members if r.word_kind and r.left_kind in TOPIC_SCOPES}
+        if not cues:
+            continue
+        scope = np.zeros(len(train), dtype=bool)
+        for cue in cues:
+            scope |= Rule(left_kind=TOPIC_SCOPES[0], left_value=cue).mask(attrs, train)
+        if scope.mean() <= MAX_CUE_SHARE:
+            topics[gi] = train[scope]
+    if not topics:
+        return groups
+    uf = UnionFind(len(groups))
+    for gi, g in enumerate(groups):
+        if gi in topics or any(units[i].rule is not None and not units[i].rule.word_kind for i in g):
+            continue
+        rows = np.unique(np.concatenate([units[i].train_rows for i in g]))
+        for ti, scope in topics.items():
+            if units[groups[ti][0]].key == units[g[0]].key and np.isin(rows, scope).mean() >= IN_TOPIC:
+                uf.union(ti, gi)
+    merged: dict[int, list[int]] = {}
+    for gi, g in enumerate(groups):
+        merged.setdefault(uf.find(gi), []).extend(g)
+    return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
+
+
 PLACE = "place"  # what joins units of one such place in `finding_groups`, in place of a latent
 # Places that join alone: a layout, one named word before ('lord' and 'mother' right after 'my'), or
 # one cue word before, in any scope ('were' and 'be' with 'if' among the words before). A class
@@ -252,7 +292,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     tested, first_rule = propose_candidates(feats, inputs, fires, column)
     test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed, inputs.doc_by_row)
     units = _kept_units(tested, inputs, fires, column)
-    groups = finding_groups(units, fcfg.finding_overlap)
+    groups = joined_with_topics(finding_groups(units, fcfg.finding_overlap), units, inputs.attrs, inputs.rows_by_split["train"])
     words_of = [finding_rows([units[i] for i in g], inputs.lp_by_row, fcfg.finding_overlap) for g in groups]
     own = own_differences(words_of, [units[g[0]].key for g in groups], inputs.lp_by_row, fcfg)
     made = [(_finding_row(g, units, rows, inputs, fires, column), rows) for g, rows, mine in zip(groups, words_of, own) if mine]

@@ -22,7 +22,8 @@ from bbox_sae.labeling.scoring import detection_scores, fuzz_set
 
 # The version of this labeler, part of the label stage's key: bump it when what it writes changes for
 # the same settings. 5: latents of latent findings are said by their word sets; findings' statements are scored.
-OFFLINE_LABELER_VERSION = 5
+# 6: a kept offline statement is also scored against the finding's own forms elsewhere (`detection_same_forms`).
+OFFLINE_LABELER_VERSION = 6
 
 _MIN_SHARE = 0.6  # share of the examples a pattern must cover to be part of a description
 _FORM_COVERAGE = 0.8  # list word forms until they cover this share of the examples...
