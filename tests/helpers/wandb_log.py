@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 
@@ -52,10 +53,22 @@ def _varint(raw: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
+SETTLE_S, SETTLE_WAIT_S = 0.5, 60.0
+
+
 def logged_bytes(run_dir: Path) -> bytes:
     """Every record the run's `.wandb` log holds, unframed: a name searched in the raw file can
-    straddle a block boundary (CI once missed an artifact's name that way)."""
+    straddle a block boundary (CI once missed an artifact's name that way). W&B's service process
+    may still be writing the log when `finish()` has returned (a clean-clone CI read it empty), so
+    it is read once its size has stopped changing for `SETTLE_S`."""
     (log,) = run_dir.glob("*.wandb")
+    deadline, size = time.monotonic() + SETTLE_WAIT_S, -1
+    while time.monotonic() < deadline:
+        now = log.stat().st_size
+        if now == size and now > HEADER:
+            break
+        size = now
+        time.sleep(SETTLE_S)
     return _payload(log.read_bytes())
 
 
