@@ -236,7 +236,7 @@ def search_topic_rules(
     for g, s in zip(groups[passed].tolist(), group_sign[passed].tolist()):
         members = word[eligible][group_of_pair == g]
         set_words = int(form_counts[np.searchsorted(forms, members)].sum())
-        more = _more_cues(attrs, rows, keys, choosing, dlogp, members, set_words, group_keys[g] // 2, s, kind, min_words, min_dlogp)
+        more = _more_cues(attrs, rows, keys, choosing, dlogp, members, set_words, lettered, group_keys[g] // 2, s, kind, min_words, min_dlogp)
         cues = [group_keys[g] // 2, *more]
         for c in cues:
             rule = Rule("forms", form_set_value([attrs.vocab[w] for w in members]), kind, attrs.vocab[c])
@@ -255,6 +255,7 @@ def _more_cues(
     dlogp: np.ndarray,
     members: np.ndarray,
     set_words: int,
+    lettered: np.ndarray,
     cue: int,
     sign: int,
     kind: str,
@@ -266,9 +267,8 @@ def _more_cues(
     back after 'war' alone (recall 0.38), the rest stood after 'soldier', 'wars' or 'soldiers'.
     Pooled over the set's forms, a cue is chosen on the choosing documents (its median beyond the
     effect rule's, before at most `MAX_CUE_SHARE` of those forms' words) and confirmed on the
-    others as the set's first cue was. `set_words`: the set's words on the choosing documents."""
+    others as the set's first cue was. `set_words`: the set's words on the choosing documents; `lettered`: per vocab form, whether it has a letter."""
     word, other = np.divmod(keys, len(attrs.vocab))
-    lettered = np.array([any(ch.isalpha() for ch in v[2:]) for v in attrs.vocab], dtype=bool)
     of_set = np.isin(word, members) & (other != cue) & ~np.isin(other, members) & lettered[other]
     if not of_set.any():
         return []
