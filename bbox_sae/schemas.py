@@ -95,6 +95,9 @@ def contexts_schema(models: list[str]) -> pa.Schema:
 
 # logprobs/<model>/ (sharded), and a `source: parquet` model's file
 LOGPROB_SCHEMA = pa.schema([("doc_id", pa.string()), ("word_idx", pa.int32()), ("logprob", pa.float64())])
+# What a model scored in process expected most at each word's first token (`ModelConfig.alternatives`):
+# token texts and their log-probs, most likely first; null where no token begins in the word.
+LOGPROB_ALTERNATIVES_SCHEMA = pa.schema([*LOGPROB_SCHEMA, ("top_tokens", pa.list_(pa.string())), ("top_logprobs", pa.list_(pa.float32()))])
 
 @dataclass(frozen=True)
 class FeatureRecord:

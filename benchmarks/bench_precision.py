@@ -96,7 +96,9 @@ def build(variant: str, model, tokenizer, mcfg):
         if variant == "mixed-all-refined":
             use_bf16_matmuls(mine, keep_fp32=0)  # the first and last layer too
         if variant == "mixed-refined-unstreamed":
-            scorer._streamed_logprobs = lambda hidden, targets: unstreamed_refined_logprobs(scorer, hidden, targets)
+            # This baseline keeps no alternatives (HFScorer's default).
+            none = lambda targets: torch.zeros((len(targets), 0))  # noqa: E731
+            scorer._streamed_logprobs = lambda hidden, targets: (unstreamed_refined_logprobs(scorer, hidden, targets), none(targets), none(targets))
         return scorer
     if variant == "int8-head32":
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_

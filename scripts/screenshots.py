@@ -3,7 +3,9 @@
     python scripts/screenshots.py runs/demo/report.html docs/
 
 writes `report-findings.png` (the first findings with their held-out contexts),
-`report-forest.png` (the forest plot) and `report-domains.png` (the per-domain chart). Needs
+`report-table.png` (the findings table, searched for a word and sorted by n), `report-words.png`
+(the first finding's panel of all its held-out words, sorted by Δ), `report-forest.png` (the
+forest plot) and `report-domains.png` (the per-domain chart). Needs
 /usr/bin/chromium (`scripts/install_browser.sh`); `make screenshots` runs it on the demo.
 """
 
@@ -17,6 +19,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 VIEWPORT = {"width": 1300, "height": 900}
 FINDINGS_SHOWN = 3  # finding cards in report-findings.png
+SEARCHED = "rome"  # what report-table.png searches the findings table for (the demo's topic cue)
+TALLEST = 640  # px: a longer table or panel is cut here
 
 
 def _union(boxes: list[dict], pad: float = 6) -> dict:
@@ -43,11 +47,25 @@ def take(report: Path, out_dir: Path) -> list[Path]:
         if page.locator("#domain-chart").count():
             shots.append(("report-domains.png", page.locator("#domain-chart").bounding_box()))
         for name, box in shots:
-            path = out_dir / name
-            page.screenshot(path=str(path), clip=box, full_page=True)
-            written.append(path)
+            written.append(_shot(page, out_dir / name, box))
+        # The views a reader uses to look behind a finding: the table searched and sorted, and a
+        # finding's words, each in its passage shaded by Δ.
+        page.fill("#findings-filter-text", SEARCHED)
+        page.locator('#findings-table th[data-sort="n"]').click()
+        written.append(_shot(page, out_dir / "report-table.png", page.locator("#findings-table").bounding_box()))
+        page.fill("#findings-filter-text", "")
+        panel = page.locator("details.finding-words").first
+        panel.locator("summary").click()
+        panel.locator("tbody tr.finding-word").first.wait_for()  # drawn on the toggle event
+        panel.locator('th[data-sort="delta"]').click()
+        written.append(_shot(page, out_dir / "report-words.png", panel.bounding_box()))
         browser.close()
     return written
+
+
+def _shot(page, path: Path, box: dict) -> Path:
+    page.screenshot(path=str(path), clip={**box, "height": min(box["height"], TALLEST)}, full_page=True)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:

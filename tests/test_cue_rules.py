@@ -5,6 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bbox_sae.config import FeaturesConfig
 from bbox_sae.features.context import CUE_SCOPES, CUE_WINDOW, cue_windows
 from bbox_sae.features.rule_search import search_rules, search_topic_rules
 from bbox_sae.features.rule_statements import describe_rules
@@ -249,7 +250,50 @@ def test_a_finding_whose_words_stand_in_a_topic_s_texts_joins_that_topic_for_its
         unit(Rule("form", "f:bread")),  # one of its four words after 'war'
         unit(Rule("form", "f:sword"), sign=-1),  # the other model's
         unit(Rule(None, None, "cue_sentence", "f:thou")),  # says no word: a register, not a topic's word
+        unit(Rule("form", "f:.", "form", "f:war")),  # in the war texts by what it says: a phrase of the cue
     ]
-    assert joined_with_topics([[0], [1], [2], [3], [4]], units, attrs, train) == [[0, 1], [2], [3], [4]]
+    lp = {"a": np.zeros(len(train)), "b": np.zeros(len(train))}
+    fcfg = FeaturesConfig()
+    assert joined_with_topics([[0], [1], [2], [3], [4], [5]], units, attrs, train, lp, fcfg) == [[0, 1], [2], [3], [4], [5]]
+    # 'sword' does not differ outside the war texts (it is not there): said where it joined.
+    assert units[1].said_by == (Rule("form", "f:sword", "cue_text", "f:war"),) and units[2].said_by == ()
     # Where 'war' stands before most words, it names no topic and nothing joins.
-    assert joined_with_topics([[0], [1]], units, word_attributes([war, war], topics=frozenset({"war"})), np.arange(2 * len(war))) == [[0], [1]]
+    assert joined_with_topics([[0], [1]], units, word_attributes([war, war], topics=frozenset({"war"})), np.arange(2 * len(war)), lp, fcfg) == [[0], [1]]
+
+
+def test_a_form_that_joins_a_topic_keeps_its_words_elsewhere_only_where_they_differ_too():
+    from bbox_sae.features.candidates import Tested
+    from bbox_sae.features.tested_findings import _in_topic_texts
+
+    network = [" network", ".", " address", " server", "."]
+    mail = [" mail", ".", " address", " box", "."]
+    attrs = word_attributes([network, network, mail], topics=frozenset({"network", "mail"}))
+    rows = np.arange(len(attrs.form))
+    address = rows[Rule("form", "f:address").mask(attrs, rows)]
+    scope = rows[Rule(left_kind="cue_text", left_value="f:network").mask(attrs, rows)]
+    fcfg = FeaturesConfig()
+    for mail_differs, kept in ((0.0, address[:2]), (3.0, address)):
+        lp_a = np.zeros(len(rows))
+        lp_a[address[:2]] = 3.0
+        lp_a[address[2]] = mail_differs
+        unit = Tested("rule", ("a", "b"), 1, [], address, address, rule=Rule("form", "f:address"))
+        _in_topic_texts(unit, ["f:network"], scope, attrs, {"a": lp_a, "b": np.zeros(len(rows))}, fcfg)
+        assert unit.train_rows.tolist() == unit.holdout_rows.tolist() == kept.tolist()
+        assert unit.said_by == (() if mail_differs else (Rule("form", "f:address", "cue_text", "f:network"),))
+
+
+def test_a_topic_is_where_its_most_specific_cues_were_named():
+    """A topic's set extends to every cue that tells it, generic ones too ('several' stands in
+    most texts, the network texts among them): its scope is the cues whose texts are most its
+    own words, so a form of those texts joins, and the scope stays off the rest of the corpus."""
+    from bbox_sae.features.tested_findings import topic_scope
+
+    network = [" network", ".", " several", " hosts", " server", ",", " address", " server", "."]
+    other = [" several", " people", " came", ".", " they", " sang", ",", " danced", "."]
+    docs = [network, network, other, other, other, other]
+    attrs = word_attributes(docs, topics=frozenset({"network", "several"}))
+    train = np.arange(len(attrs.form))
+    own = train[Rule("form", "f:server", "cue_text", "f:network").mask(attrs, train)]
+    scope, named = topic_scope(["f:several", "f:network"], attrs, train, own)
+    assert named == {"f:network"} and np.array_equal(scope, Rule(left_kind="cue_text", left_value="f:network").mask(attrs, train))
+    assert scope.mean() < 0.3 and Rule(left_kind="cue_text", left_value="f:several").mask(attrs, train).mean() > 0.7

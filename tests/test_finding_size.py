@@ -173,3 +173,31 @@ def test_a_group_narrowed_to_its_carrying_left_forms_says_them_and_reads_back_th
     assert again == narrowed
     doc = _Document(words, {})
     assert [i for i in rows if _word_set_holds(json.loads(narrowed.to_json()), doc, int(i))] == [1, 3, 7]
+
+
+def test_an_ending_narrowed_to_its_left_forms_excludes_only_forms_that_do_not_differ_there():
+    """Planted "-ed right after a form of 'be'": judged after the whole class, every form that
+    also follows 'have' without a difference ("have loved") was excluded, and the set said half
+    the planted words; after its narrowed left forms only the forms that do not differ there are."""
+    from dataclasses import replace
+
+    from bbox_sae.features.tested_findings import _ending_after_forms
+    from bbox_sae.features.word_sets import WordSet
+
+    words, lp_a = [], []
+    for form in ("loved", "married", "banished", "called", "indeed"):
+        for left in (" is", " was", " is", " was", " have", " have", " have"):
+            words += [left, f" {form}", "."]
+            lp_a += [0.0, 2.0 if left != " have" and form != "indeed" else 0.0, 0.0]
+    attrs = word_attributes([words])
+    lp = {"a": np.array(lp_a), "b": np.zeros(len(lp_a))}
+    rows = np.arange(len(words))
+    split = {"train": rows[::2], "holdout": rows[1::2]}
+    judged_after_the_class = ("loved", "married", "banished", "called", "indeed")
+    ending = WordSet((), (), suffix="ed", left=Rule(None, None, "class", "c:auxiliary"), excluded=judged_after_the_class)
+    unit = candidates.Tested("latent", ("a", "b"), 1, [7], rows[:0], rows[:0], word_set=replace(ending, left_forms=("f:is", "f:was")))
+    _ending_after_forms(unit, attrs, lp, split, min_abs_dlogp=1.0)
+    assert unit.word_set.excluded == ("indeed",) and unit.word_set.left_forms == ("f:is", "f:was")
+    after_be = np.flatnonzero(np.array(lp_a) == 2.0)
+    assert unit.holdout_rows.tolist() == [r for r in after_be if r % 2 == 1]
+    assert unit.train_rows.tolist() == [r for r in after_be if r % 2 == 0]

@@ -43,6 +43,11 @@ def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(project)
         lp = read_table(paths.logprobs(m))
         assert lp.num_rows == words.num_rows
         assert lp["doc_id"].equals(words["doc_id"]) and lp["word_idx"].equals(words["word_idx"])
+        # What the model expected at each word (its 3 likeliest tokens there), most likely first;
+        # missing only where no token begins in the word.
+        expected = [(t, p) for t, p in zip(lp["top_tokens"].to_pylist(), lp["top_logprobs"].to_pylist()) if t is not None]
+        assert len(expected) >= 0.9 * lp.num_rows
+        assert all(len(t) == len(p) == 3 and p == sorted(p, reverse=True) and p[0] <= 0 for t, p in expected)
     assert read_table(paths.embeddings).num_rows == words.num_rows
     build = json.loads(paths.build_info.read_text())
     index = read_table(paths.index)
@@ -56,6 +61,7 @@ def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(project)
     kept = features.filter(pc.field("kept"))
     assert set(kept["label_source"].to_pylist()) <= {"heuristic", "rule", "word set"}  # offline labelers
     assert paths.report_html.stat().st_size > 1000 and paths.report_md.exists()
+    assert "smol expected</th>" in paths.report_html.read_text() or not read_table(paths.findings).num_rows
     manifest = json.loads(paths.manifest.read_text())
     assert sorted(manifest["stages"]) == sorted(STAGE_NAMES)
 

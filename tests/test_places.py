@@ -256,3 +256,19 @@ def test_rare_words_of_every_class_and_one_winner_are_one_finding_said_once():
     ]
     assert finding_groups(units, 0.5) == [[0, 1], [2]]
     assert describe_rules([u.rule for u in units]) == ("a lower-case word, a capitalised word or an all-capitals word, each seen at most 2 times in the corpus")
+
+
+def test_a_word_part_after_several_cues_of_one_scope_is_one_finding():
+    """A register told by several of its forms (any word with 'thou', with 'thy' earlier in its
+    sentence: no word part), a topic told by several of its words (a set of forms after 'war', one
+    of them after 'battle'), a form after several cue words: each one finding per winner."""
+    units = [
+        _unit(Rule(None, None, "cue_sentence", "f:thou"), 0, place=("cue_sentence", "f:thou")),
+        _unit(Rule(None, None, "cue_sentence", "f:thy"), 10, place=("cue_sentence", "f:thy")),
+        _unit(Rule("forms", "f:arms|f:field", "cue_text", "f:war"), 20, sign=1),
+        _unit(Rule("form", "f:arms", "cue_text", "f:battle"), 30, sign=1),
+        _unit(Rule("form", "f:were", "cue", "f:if"), 40, sign=1),
+        _unit(Rule("form", "f:were", "cue", "f:an"), 50, sign=1),
+        _unit(Rule("form", "f:were", "cue", "f:if"), 60),  # the other winner
+    ]
+    assert finding_groups(units, 0.5) == [[0, 1], [2, 3], [4, 5], [6]]

@@ -1,5 +1,6 @@
 """Behind a finding, in headless Chromium: the findings table sorts, filters and searches, and a
-finding's panel lists every held-out word it was tested on, sortable by Δ, counter-examples marked."""
+finding's panel lists every held-out word it was tested on, sortable by Δ, counter-examples marked,
+with what each model expected there."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_report import build_output_dir, report_config
-from test_report_findings import FINDING_WORDS, add_finding_tables
+from test_report_findings import EXPECTED_ALPHA, FINDING_WORDS, add_finding_tables
 
 from bbox_sae.layout import RunLayout
 from bbox_sae.report import run_report
@@ -107,6 +108,10 @@ def test_counter_examples_are_marked(browser, tmp_path):
     # The rows are drawn when the panel's toggle event fires, after the click returns.
     panel.locator("tbody tr.finding-word").first.wait_for()
     assert panel.locator("tbody tr.finding-word.counter").count() == len(FINDING_WORDS[1]) == 3
+    # What each model expected there: alpha's scores kept it, beta's (a Parquet file) did not.
+    expected = panel.locator("tbody tr.finding-word").first.locator("td.expected")
+    assert [expected.nth(i).text_content() for i in range(2)] == [EXPECTED_ALPHA, "–"]
+    assert "alpha expected" in panel.locator("thead").text_content()
     # Corpus text is shown as text: the hostile word is no element.
     assert page.locator("script").count() == 2 and page.dialogs == []
     page.close()

@@ -22,7 +22,7 @@ from bbox_sae.layout import RunLayout
 from bbox_sae.report import FINDING_COLUMNS, run_report
 from bbox_sae.report.finding_inputs import FINDING_CONTEXTS, spread
 from bbox_sae.report.plots import domains_figure, forest_figure
-from bbox_sae.schemas import FINDING_SCHEMA, FINDING_WORDS_SCHEMA, TESTED_RULE_SCHEMA
+from bbox_sae.schemas import FINDING_SCHEMA, FINDING_WORDS_SCHEMA, LOGPROB_ALTERNATIVES_SCHEMA, TESTED_RULE_SCHEMA
 from helpers.wandb_log import logged_bytes
 
 # Held-out documents: finding 0 ('were', alpha better) covers word 2 of each "if you were i";
@@ -52,6 +52,10 @@ CANDIDATES = [("0", "alpha", 0.001, True), ("7", "alpha", 0.004, True), ("0", "a
 
 def _alpha_logprob(row: int) -> float:
     return -1.0 - 0.1 * row
+
+
+EXPECTED_LOGPROBS = [math.log(0.61), math.log(0.22), math.log(0.08)]
+EXPECTED_ALPHA = "'the' 61% · 'a' 22% · '⏎' 8%"  # as a panel shows them
 
 
 def add_finding_tables(out: Path) -> Path:
@@ -87,6 +91,12 @@ def add_finding_tables(out: Path) -> Path:
     # A train word of finding 0: where it was chosen, never shown as a held-out context.
     finding_words.append({"finding": 0, "split": "train", "row": 0, "doc_id": WERE_DOCS[0], "word_idx": 0})
     ShardedTable(paths.words).write(0, pa.Table.from_pylist(words))
+    # alpha kept what it expected at each word (a model scored in process); beta, read from a
+    # Parquet file, kept none.
+    expected = [{**w, "logprob": -1.0, "top_tokens": [" the", " a", "\n"], "top_logprobs": EXPECTED_LOGPROBS} for w in words]
+    ShardedTable(paths.logprobs("alpha")).write(
+        0, pa.Table.from_pylist([{k: w[k] for k in LOGPROB_ALTERNATIVES_SCHEMA.names} for w in expected], schema=LOGPROB_ALTERNATIVES_SCHEMA)
+    )
     paths.build.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(index), paths.index)
     pq.write_table(pa.Table.from_pylist(finding_words, schema=FINDING_WORDS_SCHEMA), paths.finding_words)
@@ -192,6 +202,14 @@ def test_every_finding_shows_its_statistics_and_held_out_contexts(run):
         assert ci in section and f"n = {f['holdout_n']}" in section
         marked = [html.unescape(re.sub(r"\\(.)", r"\1", w)) for w in re.findall(r"<mark>(.*?)</mark>", section)]
         assert marked == [w.replace("\n", "⏎") for _, _, w in expected]
+
+
+def test_a_findings_panel_says_what_each_model_expected_at_each_word(run):
+    """Each row of a panel carries what the model expected most there (alpha's scores kept it) or
+    nothing (beta's, a Parquet file, did not)."""
+    _, _, page, _ = run
+    rows = [row for rows in embedded_data(page)["finding_words"].values() for row in rows]
+    assert rows and all(row[8] == EXPECTED_ALPHA and row[9] is None for row in rows)
 
 
 def test_a_finding_says_how_it_was_tested_and_its_q(run):

@@ -244,6 +244,46 @@ def test_nested_rules_are_one_finding():
     assert nested_groups([numbers, fours], [pair, (("A", "B"), -1)], 0.5) == [[0], [1]]
 
 
+def test_a_small_unit_inside_two_groups_does_not_join_them():
+    """Planted number words (rows 0-99) and body words (100-199): a latent's group of body words
+    that also lists 'hundred' (rows 0-5) holds every 'hundred', as do two groups of number words.
+    Chained nesting made the two classes one finding; 'hundred' joins the numbers, held by two."""
+    from bbox_sae.features.findings import nested_groups, nested_trees
+
+    numbers, body_and_hundred, hundred, heart, big_numbers = np.arange(0, 100), np.r_[0:6, 100:200], np.arange(0, 6), np.arange(100, 130), np.arange(0, 20)
+    key = (("A", "B"), -1)
+    sets, keys = [numbers, body_and_hundred, hundred, heart, big_numbers], [key] * 5
+    assert nested_groups(sets, keys, 0.8) == [[0, 1, 2, 3, 4]]
+    assert nested_trees(sets, keys, 0.8) == [[0, 2, 4], [1, 3]]
+    assert nested_trees(sets, [key, key, key, key, (("A", "B"), 1)], 0.8) == [
+        [0],
+        [1, 2, 3],
+        [4],
+    ]  # held by one group of each: the larger share, then the larger group
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 40), min_size=1, max_size=25), min_size=1, max_size=8), st.lists(st.sampled_from([1, -1]), min_size=8, max_size=8))
+def test_nested_trees_put_each_unit_with_a_larger_unit_that_holds_it(word_sets, signs):
+    from bbox_sae.features.findings import nested_trees
+
+    sets = [np.array(sorted(s)) for s in word_sets]
+    keys = [(("A", "B"), sign) for sign in signs[: len(sets)]]
+    groups = nested_trees(sets, keys, 0.8)
+    assert sorted(i for g in groups for i in g) == list(range(len(sets)))
+    for g in groups:
+        opener = max(g, key=lambda i: (len(sets[i]), -i))
+        assert len({keys[i] for i in g}) == 1
+        for i in g:
+            if i != opener:  # held (>= 80%) by a member at least as large
+                assert any(len(sets[j]) >= len(sets[i]) and np.isin(sets[i], sets[j]).sum() >= 0.8 * len(sets[i]) for j in g if j != i)
+    openers = [max(g, key=lambda i: (len(sets[i]), -i)) for g in groups]
+    for a in openers:  # an opener is held by no larger unit of its key, else it had joined that unit's group
+        for b in range(len(sets)):
+            if b != a and keys[a] == keys[b] and (len(sets[b]), -b) > (len(sets[a]), -a):
+                assert np.isin(sets[a], sets[b]).sum() < 0.8 * len(sets[a])
+
+
 def test_a_nested_group_is_said_by_the_broadest_rule_that_adds_only_differing_words():
     """Speech starts (rows 0-99) differ by 2 nats; "an all-capitals word" takes them in with 40
     capitals mid-line (rows 100-139) that differ in nothing, yet still passes on its median. The group

@@ -153,7 +153,7 @@ def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabu
         for block, refine_top, softcap in [(8192, 32, None), (1000, 1, None), (vocab + 7, 40, None), (777, 8, 30.0)]:
             monkeypatch.setattr(hf, "VOCAB_BLOCK", block)
             scorer.refine_top, scorer._softcap = refine_top, softcap
-            streamed = scorer._target_logprobs(hidden, targets).double()
+            streamed = scorer._target_logprobs(hidden, targets)[0].double()
             exact = torch.log_softmax(scorer._cap(exact_logits), -1).gather(1, targets[:, None])[:, 0]
             if head == "float32":
                 np.testing.assert_allclose(streamed.numpy(), exact.numpy(), atol=1e-4, rtol=0)
@@ -255,3 +255,29 @@ def test_auto_precision_on_a_cpu_with_native_bf16_scores_with_bf16_matmuls(tiny_
     scorer = make_scorer(cfg.model("a"), cfg)
     assert scorer.head == "refined" and isinstance(scorer._head, Bf16Linear)
     assert sum(isinstance(m, Bf16Linear) for m in scorer.model.modules()) == 2 * 7  # 2 middle layers x q, k, v, o, gate, up, down
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+@pytest.mark.parametrize("head", ["model", "float32", "refined"])
+def test_each_head_keeps_the_tokens_the_model_expected_most(tiny_lm, kind, head, monkeypatch):
+    """What the report shows a model expected at a word: its likeliest tokens, most likely first,
+    with their log-probs, as one log-softmax over the whole vocabulary gives them, whichever head
+    scored (the streamed ones across vocabulary blocks); keeping them changes no score."""
+    from bbox_sae.scoring import hf
+
+    monkeypatch.setattr(hf, "VOCAB_BLOCK", 1000)  # several blocks, on the tiny vocabularies too
+    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    plain = list(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, head=head).score(DOCS))
+    scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, head=head, alternatives=3)
+    kept = list(scorer.score(DOCS))
+    for before, after in zip(plain, kept):
+        np.testing.assert_array_equal(before.logprobs, after.logprobs)
+        assert before.top_tokens is None and len(after.top_tokens) == len(after.logprobs) and after.top_logprobs.shape == (len(after.logprobs), 3)
+        ids = [scorer.start_id, *after.token_ids.tolist()]
+        with torch.inference_mode():  # the first window's targets, each seen with all of its left context
+            logits = model(torch.tensor([ids[:24]])).logits[0, :-1].float()
+        expected = torch.log_softmax(logits, -1).topk(3, dim=-1)
+        n = len(logits)
+        np.testing.assert_allclose(after.top_logprobs[:n], expected.values.numpy(), atol=1e-4)
+        assert after.top_tokens[:n] == [[tok.decode([int(t)]) for t in row] for row in expected.indices]
+        assert (np.diff(after.top_logprobs, axis=1) <= 1e-6).all() and (after.top_logprobs[:, 0] >= after.logprobs - 1e-4).all()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bbox_sae.evaluation.statement_truth import _Document, _holds, _word_set_holds, class_of, form_of, left_class_of
 from bbox_sae.features import context
-from bbox_sae.features.rules import Rule, word_attributes
+from bbox_sae.features.rules import WORD_KINDS, Rule, word_attributes
 from bbox_sae.features.word_sets import WordSet
 
 PIECES = ["the", " cat", " Cat", " sat", ".", "?", "!", ",", "\n", "\n\n", "  ", " (", ")", " [", "]", ' "', '"', "Why", " what", "Is", " you",
@@ -39,6 +39,14 @@ RULES = [
     Rule("forms", "f:?|f:lord|f:you", "cue_text", "f:cat"),
     Rule("forms", "f:lord|f:why", None, None),
 ]
+
+
+def test_every_kind_of_rule_is_read_here():
+    """A new kind of word part is an entry of `rules.WORD_KINDS`, and a new cue scope one of
+    `context.CUE_KINDS`; the reader must be shown each, or its agreement above says nothing of it."""
+    assert {r.word_kind for r in RULES} - {None} == set(WORD_KINDS)
+    assert {r.left_kind for r in RULES} >= set(context.CUE_KINDS)
+    assert {r.left_value for r in RULES if r.left_kind == "context"} == set(context.FLAGS)
 
 
 def _reader_doc(words: list[str], docs: list[list[str]]) -> _Document:

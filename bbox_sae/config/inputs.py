@@ -44,6 +44,11 @@ def _head_is_set(model: ModelConfig) -> bool:
     return any(getattr(model, f) != ModelConfig.model_fields[f].default for f in ("head", "refine_top"))
 
 
+def _scored_in_process(model: ModelConfig) -> bool:
+    # Only local models keep alternatives: an endpoint's and a Parquet file's scores have none.
+    return model.source in ("hf", "gguf")
+
+
 def _scored_remotely(model: ModelConfig) -> bool:
     # The local tokenizer decides the tokens an endpoint scores; other sources bring their own.
     return model.source == "endpoint"
@@ -72,6 +77,9 @@ class ModelConfig(Section):
         "top logits and the target's recomputed in fp32 (refined); auto: refined on CPU unless float32, else model",
     )
     refine_top: Annotated[int, key_when(_head_is_set)] = Field(default=32, ge=1, description="head: refined recomputes this many top logits per position")
+    alternatives: Annotated[int, key_when(_scored_in_process)] = Field(
+        default=3, ge=0, le=20, description="tokens kept per word that the model expected most there (the report's panels show them); 0: none"
+    )
     device: Operational[str] = "auto"
     device_map: Operational[Literal["auto", "balanced", "balanced_low_0", "sequential"] | None] = Field(
         default=None,

@@ -316,6 +316,33 @@ def nested_groups(word_sets: list[np.ndarray], signs: list[tuple], containment: 
     return sorted(groups.values(), key=lambda g: g[0])
 
 
+def nested_trees(word_sets: list[np.ndarray], keys: list[tuple], containment: float) -> list[list[int]]:
+    """`nested_groups` without chains through a small unit: each unit, largest first, joins a group
+    one of whose larger units (same pair and sign) holds at least `containment` of its words, else
+    opens a group; inside several groups, the one with the most such units (then the most of its
+    words, then the largest group). A unit inside two groups that do not nest joins one, no longer
+    making them one: on planted Shakespeare, "'hundred'" lay inside four groups of number words and
+    inside one latent's group of body words that listed 'hundred' and 'fifty', and the two planted
+    classes came back as one finding of 66 forms at precision 0.70 and 0.30."""
+    sets = [np.unique(w) for w in word_sets]
+    shared_with: dict[int, dict[int, int]] = {}
+    for (i, j), shared in shared_counts(sets).items():
+        if keys[i] == keys[j]:
+            shared_with.setdefault(i, {})[j] = shared_with.setdefault(j, {})[i] = shared
+    group_of: dict[int, int] = {}
+    for i in sorted(range(len(sets)), key=lambda i: (-len(sets[i]), i)):
+        votes: dict[int, tuple[int, int]] = {}
+        for j, k in shared_with.get(i, {}).items():
+            if j in group_of and k >= containment * len(sets[i]):
+                units, most = votes.get(group_of[j], (0, 0))
+                votes[group_of[j]] = (units + 1, max(most, k))
+        group_of[i] = max(votes, key=lambda g: (*votes[g], len(sets[g]), -g)) if votes else i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(sets)):
+        groups.setdefault(group_of[i], []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
 def headed_groups(
     group: list[int],
     train_rows: list[np.ndarray],

@@ -32,7 +32,11 @@ from bbox_sae.schemas import TestedRuleRecord
 # exclusions. 9: a left word joins like a layout; a latent's group that rules hold and that mixes
 # punctuation and words is not kept. 10: a place joins one kind of token. 29: cue words earlier in
 # the sentence or the text (`context.CUE_SCOPES`); one word part after several cues of one scope joins.
-FINDINGS_VERSION = 32
+# 33: a unit inside two groups that do not nest joins one of them (`findings.nested_trees`); a
+# topic's scope is its most specific cues, a phrase of one of them is no topic's word, and a form
+# that joins it is said in its texts when it differs nowhere else; an ending
+# narrowed to its left forms is judged there.
+FINDINGS_VERSION = 36
 
 
 def rule_columns(fit: LatentRule | None) -> dict:

@@ -4,7 +4,7 @@ of a line: 'then', 'or', 'yet', 'whose' and 3 more"), one form after several wor
 from __future__ import annotations
 
 from bbox_sae.features.context import CUE_KINDS
-from bbox_sae.features.rules import FORMS_SEP, LISTED_FORMS, Rule, _phrase, form_set_value, listed
+from bbox_sae.features.rules import LISTED_FORMS, WORD_KINDS, Rule, _phrase, listed
 
 # Places said several ways by the grammar: a left class or form of layout is that layout.
 LAYOUT_LEFTS = {
@@ -60,13 +60,15 @@ def _several_cues(rules: list[Rule] | tuple[Rule, ...]) -> tuple[list[str], list
     for r in rules:
         if r.left_kind in CUE_KINDS:
             # A topic's form sets, one per cue, are said as one set after any of its cues.
-            by_part.setdefault((r.left_kind, r.word_kind, None if r.word_kind == "forms" else r.word_value), []).append(r)
+            sets = r.word_kind and WORD_KINDS[r.word_kind].united is not None
+            by_part.setdefault((r.left_kind, r.word_kind, None if sets else r.word_value), []).append(r)
     parts, grouped = [], set()
     for (kind, word_kind, word_value), group in by_part.items():
         if len(group) < 2:
             continue
-        if word_kind == "forms":
-            word_value = form_set_value(list({f for r in group for f in r.word_value.split(FORMS_SEP)}))
+        if word_value is None and word_kind:
+            kind_of_word = WORD_KINDS[word_kind]
+            word_value = kind_of_word.united(list({f for r in group for f in kind_of_word.parts(r.word_value)}))
         subject = _phrase(word_kind, word_value) if word_kind else "a word"
         cues = listed([_phrase("form", c) for c in dict.fromkeys(r.left_value for r in group)], "a word")
         parts.append(f"{subject} with {cues} {CUE_KINDS[kind].phrase}")

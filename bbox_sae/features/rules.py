@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -239,6 +240,24 @@ def form_set_value(forms: list[str]) -> str:
 
 
 @dataclass(frozen=True)
+class WordKind:
+    """One kind of a rule's word part, declared once (`WORD_KINDS`): where it holds, how it is said,
+    the word forms it names (each joins findings as the word it says), and, for a kind whose values
+    are sets, how several of them are said as one. A new kind is one entry here, the independent
+    reader's check (`evaluation.statement_truth`, its own code on purpose) and what proposes it."""
+
+    column: Callable[[WordAttributes], np.ndarray]  # each word's code, the word part holds where it is one of the value's
+    phrase: Callable[[str], str]
+    parts: Callable[[str], list[str]] = lambda value: [value]  # noqa: E731
+    # A kind whose values are sets: several values' parts said as one value (a topic's sets, one per cue).
+    united: Callable[[list[str]], str] | None = None
+
+    def holds(self, attrs: WordAttributes, value: str, rows: np.ndarray | None) -> np.ndarray:
+        col = self.column(attrs) if rows is None else self.column(attrs)[rows]
+        return np.isin(col, [attrs.code.get(v, -1) for v in self.parts(value)])
+
+
+@dataclass(frozen=True)
 class Rule:
     """A condition on the word (`word_kind` 'form', 'forms' (one of several forms, `FORMS_SEP`
     between them) or 'class') and/or on its left context (`left_kind` 'form', 'class', 'form2'
@@ -255,11 +274,8 @@ class Rule:
         n = len(attrs.form) if rows is None else len(rows)
         m = np.ones(n, dtype=bool)
         code = attrs.code
-        if self.word_kind == "forms":
-            m &= np.isin(take(attrs.form), [code.get(f, -1) for f in self.word_value.split(FORMS_SEP)])
-        elif self.word_kind:
-            col = attrs.form if self.word_kind == "form" else attrs.cls
-            m &= take(col) == code.get(self.word_value, -1)
+        if self.word_kind:
+            m &= WORD_KINDS[self.word_kind].holds(attrs, self.word_value, rows)
         if self.left_kind == "layout":
             m &= take(attrs.line_start if self.left_value == "line_start" else attrs.after_blank)
         elif self.left_kind == "context":
@@ -305,11 +321,16 @@ def listed(phrases: list[str], noun: str) -> str:
 
 
 def _phrase(kind: str, value: str) -> str:
-    if kind == "forms":
-        return listed([_phrase("form", f) for f in value.split(FORMS_SEP)], "a word")
+    """A word part said: a form, a class or a set of forms ('form' and 'class' name left contexts too)."""
+    return WORD_KINDS[kind].phrase(value)
+
+
+def _class_phrase(value: str) -> str:
+    return CLASS_PHRASES.get(value[2:], value[2:])
+
+
+def _form_phrase(value: str) -> str:
     text = value[2:]
-    if kind == "class":
-        return CLASS_PHRASES.get(text, text)
     if text in ("\n", "\n\n"):
         return "a line break" if text == "\n" else "a blank line"
     if text == " ":
@@ -319,6 +340,17 @@ def _phrase(kind: str, value: str) -> str:
     if text in PUNCT_NAMES:
         return f"'{text}' ({PUNCT_NAMES[text]})"
     return f"'{text}'"
+
+
+def _forms_parts(value: str) -> list[str]:
+    return value.split(FORMS_SEP)
+
+
+WORD_KINDS = {
+    "form": WordKind(lambda attrs: attrs.form, _form_phrase),
+    "class": WordKind(lambda attrs: attrs.cls, _class_phrase),
+    "forms": WordKind(lambda attrs: attrs.form, lambda value: listed([_form_phrase(f) for f in _forms_parts(value)], "a word"), _forms_parts, form_set_value),
+}
 
 
 @dataclass(frozen=True)

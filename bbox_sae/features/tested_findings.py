@@ -29,18 +29,19 @@ from bbox_sae.features.findings import (
     expresses,
     in_sorted,
     narrower_left_forms,
-    nested_groups,
+    nested_trees,
     rule_units,
     shared_count,
     states,
     top_forms,
 )
 from bbox_sae.features.grouping import FindingInputs, FindingTables, finding_stats, number_by_effect, rule_columns
+from bbox_sae.features.latent_sets import FORM_CARRIES, form_wins
 from bbox_sae.features.places import JOINING_CONTEXTS, carrying_latents, unit_place
 from bbox_sae.features.rule_search import MAX_CUE_SHARE, TOPIC_SCOPES
 from bbox_sae.features.rule_statements import describe_rules
-from bbox_sae.features.rules import FORMS_SEP, Rule, RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
-from bbox_sae.features.word_sets import WordSet, describe_words_covered
+from bbox_sae.features.rules import WORD_KINDS, Rule, RuleFit, WordAttributes, any_mask, fit_rule, fit_rules, rules_from_json, rules_to_json
+from bbox_sae.features.word_sets import WordSet, describe_words_covered, suffix_word_set
 from bbox_sae.schemas import latent_ids
 
 
@@ -74,6 +75,24 @@ def _narrow(unit: Tested, attrs: WordAttributes, lp_by_row: dict[str, np.ndarray
         holds = lambda rows: unit.word_set.mask(attrs, rows)  # noqa: E731
     unit.train_rows = unit.train_rows[holds(unit.train_rows)]
     unit.holdout_rows = unit.holdout_rows[holds(unit.holdout_rows)]
+
+
+def _ending_after_forms(unit: Tested, attrs: WordAttributes, lp_by_row: dict[str, np.ndarray], rows_by_split, min_abs_dlogp: float) -> None:
+    """An ending set narrowed to its left forms (`_narrow`) says which forms of the ending it is not
+    where those forms stand: the forms it excluded were judged after the whole class. Planted
+    "-ed right after a form of 'be'" came back excluding 301 forms on which the model does not win
+    after 'have' or 'did' ("have loved"), half the planted words (recall 0.49). Train only: the
+    held-out words are then every word the set says, as for any set."""
+    forms = [attrs.code.get(f, -1) for f in unit.word_set.left_forms]
+    train = rows_by_split["train"]
+    scope = train[np.isin(attrs.left_form[train], forms)]
+    ending = WordSet((), (), suffix=unit.word_set.suffix)
+    total, wins = form_wins(attrs, scope, lp_by_row[unit.pair[0]] - lp_by_row[unit.pair[1]], unit.sign, min_abs_dlogp)
+    narrowed = suffix_word_set(attrs, scope[ending.mask(attrs, scope)], unit.word_set.suffix, total, wins, FORM_CARRIES)
+    unit.word_set = replace(narrowed, left=unit.word_set.left, left_forms=unit.word_set.left_forms)
+    unit.train_rows = train[unit.word_set.mask(attrs, train)]
+    holdout = rows_by_split["holdout"]
+    unit.holdout_rows = holdout[unit.word_set.mask(attrs, holdout)]
 
 
 def _unit(kept: list[Tested], g: list[int], head: Tested) -> Tested:
@@ -159,7 +178,7 @@ def _place(unit: Tested) -> tuple[str, str] | None:
 
 
 def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
-    """Units that nest (`findings.nested_groups`), and groups whose units say words in the same
+    """Units that nest (`findings.nested_trees`), and groups whose units say words in the same
     place for the same winner, when the place is a layout (the start of a line, after a blank
     line) or one named word before ('lord', 'mother' and 'master' right after 'my'), or when a
     latent proposes or carries both: the words that open a verse line where one model wins are one
@@ -170,7 +189,7 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
     firing on all of them fire on two thirds of all words; on the planted corpus the kin words
     after 'my' came back as four findings so (docs/findings.md). One form right after several named
     words joins the same way: the demo's line breaks after '?', '!' and '.--' were three findings."""
-    groups = nested_groups([u.holdout_rows for u in units], [u.key for u in units], containment)
+    groups = nested_trees([u.holdout_rows for u in units], [u.key for u in units], containment)
     uf = UnionFind(len(groups))
     first_with: dict[tuple, int] = {}
     for gi, g in enumerate(groups):
@@ -186,8 +205,7 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
                 # several of its words ('arms' after 'war', after 'battle'), a register by several
                 # forms ('thou', 'thee', 'thy'); through a shared cue the forms join too (below). A
                 # topic's set of forms with one cue joins the sets with its other cues by any form.
-                parts = head.word_value.split(FORMS_SEP) if head.word_kind == "forms" else [head.word_value]
-                for part in parts:
+                for part in WORD_KINDS[head.word_kind].parts(head.word_value) if head.word_kind else [None]:  # a register: any word
                     uf.union(gi, first_with.setdefault((units[i].key, "cues of", head.left_kind, part), gi))
             place = _place(units[i])
             if place is None:
@@ -209,26 +227,31 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
 # A finding whose train words stand at least this share where a topic finding's cue was named
 # earlier in the text, for the same winner, is that topic's word (`joined_with_topics`).
 IN_TOPIC = 0.8
+# A topic's scope: the fewest of its cues whose texts hold this share of its own train words.
+TOPIC_COVER = 0.9
 
 
-def joined_with_topics(groups: list[list[int]], units: list[Tested], attrs: WordAttributes, train: np.ndarray) -> list[list[int]]:
+def joined_with_topics(
+    groups: list[list[int]], units: list[Tested], attrs: WordAttributes, train: np.ndarray, lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig
+) -> list[list[int]]:
     """Groups joined to a topic group (a word part with a cue earlier in the text: "'rome' with
     'titus' earlier in the text", `rule_search.search_topic_rules`) of the same winner when `IN_TOPIC` of their train words stand
     after one of its cues. Planted network words of the Handbook came back as the topic,
     "'servers'" and "a lower-case word right after 'ip'": a form that is mostly in those texts
-    passes alone, and is the topic's. A topic whose cues stand before more than `MAX_CUE_SHARE` of
-    the train words names no topic, and a group that says no word part ("a word with 'you'
-    earlier in its sentence") is a register, not a topic's word."""
+    passes alone, and is the topic's. A topic is where its principal cues were named
+    (`topic_scope`); one whose scope is more than `MAX_CUE_SHARE` of the train words names no
+    topic, and a group that says no word part ("a word with 'you' earlier in its sentence") is a
+    register, not a topic's word. A form said anywhere that joins is said in the topic's texts
+    when its words elsewhere do not differ (`_in_topic_texts`)."""
     topics = {}
     for gi, g in enumerate(groups):
         cues = {r.left_value for i in g for r in units[i].stating_rules + units[i].members if r.word_kind and r.left_kind in TOPIC_SCOPES}
         if not cues:
             continue
-        scope = np.zeros(len(train), dtype=bool)
-        for cue in cues:
-            scope |= Rule(left_kind=TOPIC_SCOPES[0], left_value=cue).mask(attrs, train)
+        own = np.unique(np.concatenate([units[i].train_rows for i in g]))
+        scope, named = topic_scope(sorted(cues), attrs, train, own)
         if scope.mean() <= MAX_CUE_SHARE:
-            topics[gi] = train[scope]
+            topics[gi] = (train[scope], named)
     if not topics:
         return groups
     uf = UnionFind(len(groups))
@@ -236,13 +259,62 @@ def joined_with_topics(groups: list[list[int]], units: list[Tested], attrs: Word
         if gi in topics or any(units[i].rule is not None and not units[i].rule.word_kind for i in g):
             continue
         rows = np.unique(np.concatenate([units[i].train_rows for i in g]))
-        for ti, scope in topics.items():
-            if units[groups[ti][0]].key == units[g[0]].key and np.isin(rows, scope).mean() >= IN_TOPIC:
+        lefts = {place[1] for i in g if (place := _place(units[i])) is not None and place[0] == "form"}
+        for ti, (scope, named) in topics.items():
+            # "A word right after 'ip'" stands where 'ip' was named by what it says: a phrase of
+            # the cue, which differs whatever the text is about, not the topic's word.
+            if units[groups[ti][0]].key == units[g[0]].key and not lefts & named and np.isin(rows, scope).mean() >= IN_TOPIC:
                 uf.union(ti, gi)
+                for i in g:
+                    _in_topic_texts(units[i], sorted(named), scope, attrs, lp_by_row, fcfg)
+                break
     merged: dict[int, list[int]] = {}
     for gi, g in enumerate(groups):
         merged.setdefault(uf.find(gi), []).extend(g)
     return sorted((sorted(g) for g in merged.values()), key=lambda g: g[0])
+
+
+def _in_topic_texts(unit: Tested, named: list[str], scope: np.ndarray, attrs: WordAttributes, lp_by_row: dict[str, np.ndarray], fcfg: FeaturesConfig) -> None:
+    """A form said anywhere ("'address'") that joins a topic keeps its words in the topic's texts
+    (after one of its `named` cues) when its train words elsewhere (not in `scope`, train rows)
+    do not differ, said so ("'address' with 'ip', 'dns' or ... earlier in the text"): joined
+    whole, planted Handbook 'address' brought its words of texts about mail into the network
+    topic (precision 0.797). Train only; the finding is tested again on its own held-out words."""
+    rule = unit.rule
+    if rule is None or not rule.word_kind or rule.left_kind or unit.said_by:
+        return
+    elsewhere = unit.train_rows[~np.isin(unit.train_rows, scope)]
+    if differs(elsewhere, lp_by_row[unit.pair[0]], lp_by_row[unit.pair[1]], unit.sign, fcfg):
+        return
+    cues = tuple(Rule(rule.word_kind, rule.word_value, TOPIC_SCOPES[0], cue) for cue in named)
+    unit.said_by = cues
+    unit.train_rows = unit.train_rows[np.isin(unit.train_rows, scope)]
+    unit.holdout_rows = unit.holdout_rows[any_mask(list(cues), attrs, unit.holdout_rows)]
+
+
+def topic_scope(cues: list[str], attrs: WordAttributes, train: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, set[str]]:
+    """Which `train` words stand after the topic's principal cues, and those cues: greedily, the cue whose texts are
+    most the topic's (the largest share of the words it adds to the scope are the topic's own train
+    words, `own`), until `TOPIC_COVER` of them are held. A set extends to every cue that tells it
+    (`rule_search._more_cues`): the planted network topic of the Handbook came back with 38 cues,
+    'contains', 'important' and 'several' among them, whose texts together are most of the corpus;
+    'ip', 'dns' and 'network' say where it is."""
+    masks = {cue: Rule(left_kind=TOPIC_SCOPES[0], left_value=cue).mask(attrs, train) for cue in cues}
+    is_own = np.isin(train, own)
+    scope = np.zeros(len(train), dtype=bool)
+
+    def specificity(cue: str) -> float:
+        added = masks[cue] & ~scope
+        return (added & is_own).sum() / max(added.sum(), 1)
+
+    named = set()
+    while masks and (scope & is_own).sum() < TOPIC_COVER * is_own.sum():
+        cue = max(masks, key=specificity)
+        if not (masks[cue] & is_own & ~scope).any():
+            break
+        scope |= masks.pop(cue)
+        named.add(cue)
+    return scope, named
 
 
 PLACE = "place"  # what joins units of one such place in `finding_groups`, in place of a latent
@@ -274,6 +346,8 @@ def _kept_units(tested: list[Tested], inputs: FindingInputs, fires: np.ndarray, 
     ]
     for s in sets:
         _narrow(s, inputs.attrs, inputs.lp_by_row)
+        if s.word_set.suffix and s.word_set.left_forms:
+            _ending_after_forms(s, inputs.attrs, inputs.lp_by_row, inputs.rows_by_split, fcfg.min_abs_median_dlogp)
         s.place = unit_place(s, inputs.attrs)
     for u in units + sets:
         u.token_kind = token_kind(inputs.attrs, u.holdout_rows)
@@ -292,7 +366,7 @@ def rule_tested_findings(feats: Sequence[dict], inputs: FindingInputs) -> Findin
     tested, first_rule = propose_candidates(feats, inputs, fires, column)
     test_candidates(tested, inputs.lp_by_row, fcfg, inputs.seed, inputs.doc_by_row)
     units = _kept_units(tested, inputs, fires, column)
-    groups = joined_with_topics(finding_groups(units, fcfg.finding_overlap), units, inputs.attrs, inputs.rows_by_split["train"])
+    groups = joined_with_topics(finding_groups(units, fcfg.finding_overlap), units, inputs.attrs, inputs.rows_by_split["train"], inputs.lp_by_row, fcfg)
     words_of = [finding_rows([units[i] for i in g], inputs.lp_by_row, fcfg.finding_overlap) for g in groups]
     own = own_differences(words_of, [units[g[0]].key for g in groups], inputs.lp_by_row, fcfg)
     made = [(_finding_row(g, units, rows, inputs, fires, column), rows) for g, rows, mine in zip(groups, words_of, own) if mine]

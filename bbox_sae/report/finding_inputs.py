@@ -63,6 +63,7 @@ def finding_contexts(paths: RunLayout, findings: list[dict], context_chars: int,
     text_of = dict(zip(documents["doc_id"].to_pylist(), documents["text"].to_pylist()))
     span_of = {(d, i): (s, e) for d, i, s, e in zip(*(offsets[c].to_pylist() for c in ("doc_id", "word_idx", "char_start", "char_end")))}
     logprobs = {r["row"]: r for r in index.to_pylist()}
+    expected = {m: _alternatives(paths, m, docs) for m in models}
     out: dict[int, list[dict]] = {}
     for w in chosen.to_pylist():
         span = span_of.get((w["doc_id"], w["word_idx"]))
@@ -78,9 +79,29 @@ def finding_contexts(paths: RunLayout, findings: list[dict], context_chars: int,
                 "word": word,
                 "right": right,
                 "logprob": {m: scores.get(logprob_column(m)) for m in models},
+                "expected": {m: expected[m].get((w["doc_id"], w["word_idx"])) for m in models},
             }
         )
     return out
+
+
+def _alternatives(paths: RunLayout, model: str, docs: pa.Array) -> dict[tuple[str, int], list[tuple[str, float]]]:
+    """(doc_id, word_idx) -> the tokens `model` expected most at the word, with their log-probs
+    (`ModelConfig.alternatives`); empty for a model whose scores keep none (an endpoint, a Parquet
+    file, a run scored before they were kept)."""
+    directory = paths.logprobs(model)
+    files = [str(f) for f in resolve_files(directory)] if directory.exists() else []
+    if not files:
+        return {}
+    dataset = pads.dataset(files, format="parquet")
+    if "top_tokens" not in dataset.schema.names:
+        return {}
+    table = dataset.to_table(columns=["doc_id", "word_idx", "top_tokens", "top_logprobs"], filter=pc.field("doc_id").isin(docs))
+    return {
+        (d, i): list(zip(tokens, lps))
+        for d, i, tokens, lps in zip(*(table[c].to_pylist() for c in ("doc_id", "word_idx", "top_tokens", "top_logprobs")))
+        if tokens is not None
+    }
 
 
 def finding_q_values(paths: RunLayout, findings: list[dict]) -> tuple[dict[int, float], int | None]:

@@ -4,6 +4,7 @@ findings it belongs to and why it is (or is not) kept."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from bbox_sae.config import FeaturesConfig
@@ -95,7 +96,7 @@ def counter_example(f: dict, word: dict) -> bool:
 
 def finding_word_rows(f: dict, words: list[dict], domains: dict[str, str]) -> list[list]:
     """report.html's panel of a finding's held-out words, one compact row each:
-    [Δ, log p a, log p b, domain, left, word, right, doc_id]."""
+    [Δ, log p a, log p b, domain, left, word, right, doc_id, what a expected, what b expected]."""
     return [
         [
             num(word_delta(f, w), 4),
@@ -106,9 +107,19 @@ def finding_word_rows(f: dict, words: list[dict], domains: dict[str, str]) -> li
             w["word"],
             w["right"],
             w["doc_id"],
+            expected_text(w.get("expected", {}).get(f["model_a"])),
+            expected_text(w.get("expected", {}).get(f["model_b"])),
         ]
         for w in words
     ]
+
+
+def expected_text(alternatives: list[tuple[str, float]] | None) -> str | None:
+    """What a model expected at a word, most likely first: "'the' 31% · 'a' 12%"; None where its
+    scores keep none. A token's leading space is not shown; a line break shows as ⏎."""
+    if not alternatives:
+        return None
+    return " · ".join(f"'{one_line(token).strip() or one_line(token)}' {math.exp(lp):.0%}" for token, lp in alternatives if lp is not None)
 
 
 def finding_views(inputs: ReportInputs, fcfg: FeaturesConfig) -> list[dict]:

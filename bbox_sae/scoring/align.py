@@ -49,3 +49,16 @@ def align_logprobs(token_offsets: np.ndarray, token_logprobs: np.ndarray, word_s
         span = np.arange(first[i], last[i] + 1)
         out[span] += token_logprobs[i] / len(span)
     return out
+
+
+def first_token_of_words(token_offsets: np.ndarray, word_spans: np.ndarray) -> np.ndarray:
+    """(n_words,) the first token that begins in each word, -1 where none does (a word scored
+    only through a token that began in the word before it): where the model's prediction for
+    the word starts, so what it expected there in place of the word."""
+    out = np.full(len(word_spans), -1, dtype=np.int64)
+    if len(word_spans) == 0 or len(token_offsets) == 0:
+        return out
+    first, _ = token_word_ranges(token_offsets, word_spans)
+    words, at = np.unique(first, return_index=True)
+    out[words] = at
+    return out

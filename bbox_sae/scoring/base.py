@@ -34,6 +34,10 @@ class TokenScores:
     offsets: np.ndarray  # (n, 2) int64 character spans [start, end) of the scored tokens
     logprobs: np.ndarray  # (n,) float64; log P(token_i | start, tokens < i)
     token_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # What the model expected most at each position, most likely first: (n, k) token texts and
+    # their log-probs; k = 0 where the scorer keeps none (`ModelConfig.alternatives`).
+    top_tokens: list[list[str]] | None = None
+    top_logprobs: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

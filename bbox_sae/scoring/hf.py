@@ -80,6 +80,7 @@ class HFScorer:
         bf16_matmuls: bool = False,
         head: str = "model",
         refine_top: int = 32,
+        alternatives: int = 0,
     ):
         self.name = name
         self.model = model
@@ -100,6 +101,8 @@ class HFScorer:
             raise ConfigError(f"model '{name}': head '{head}' is not one of {HEADS}")
         self.head = head
         self.refine_top = refine_top
+        self.alternatives = alternatives
+        self._token_texts: dict[int, str] = {}
         self._head_weight = None
         if head != "model":
             if getattr(self._head, "bias", None) is not None:
@@ -125,7 +128,7 @@ class HFScorer:
         ids = torch.tensor([[self.start_id, *range(5, 13)]], device=self.device)
         with torch.inference_mode():
             full = torch.log_softmax(self.model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
-            ours = self._target_logprobs(self._body(input_ids=ids).last_hidden_state[0, :-1], ids[0, 1:])
+            ours = self._target_logprobs(self._body(input_ids=ids).last_hidden_state[0, :-1], ids[0, 1:])[0]
         if not torch.allclose(full, ours, atol=1e-3, rtol=1e-3):
             raise ScoringError(
                 f"model '{self.name}': chunked log-softmax disagrees with the model's logits "
@@ -144,13 +147,14 @@ class HFScorer:
         already in the head weight's dtype."""
         return self._cap(torch.nn.functional.linear(hidden, self._head_rows()[begin:end]).float())
 
-    def _streamed_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log p(target) through an online log-sum-exp over vocabulary blocks; for the refined head,
-        the `refine_top` largest block logits (tracked across blocks) and the target's are then
+    def _streamed_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log p(target) through an online log-sum-exp over vocabulary blocks, and the
+        `alternatives` likeliest tokens with their log-probs; for the refined head, the
+        `refine_top` largest block logits (tracked across blocks) and the target's are then
         swapped for their fp32 values in the sum."""
         n, vocab = len(targets), self._head_weight.shape[0]
         refine = self.head == "refined"
-        top = min(self.refine_top, vocab)
+        top = min(max(self.refine_top if refine else 0, self.alternatives), vocab)
         running_max = torch.full((n,), -torch.inf, device=hidden.device)
         running_sum = torch.zeros(n, device=hidden.device)
         target_logit = torch.empty(n, device=hidden.device)
@@ -163,7 +167,7 @@ class HFScorer:
             block_max = logits.amax(dim=-1)
             here = (targets >= begin) & (targets < end)
             target_logit[here] = logits[here, targets[here] - begin]
-            if refine:
+            if top:
                 # Only rows with a logit above their current top-k's smallest can change their top
                 # k: past the first blocks that is a few rows, and topk over every row of every block
                 # had cost about a fifth of Gemma's head (benchmarks/RESULTS.md, issue 43).
@@ -178,7 +182,8 @@ class HFScorer:
             running_sum = running_sum * torch.exp(running_max - new_max) + logits.sub_(new_max[:, None]).exp_().sum(dim=-1)
             running_max = new_max
         if not refine:
-            return target_logit - (running_max + torch.log(running_sum))
+            log_total = running_max + torch.log(running_sum)
+            return target_logit - log_total, top_index[:, : self.alternatives], top_values[:, : self.alternatives] - log_total[:, None]
         rows = torch.cat([top_index, targets[:, None]], dim=1)
         rounded = torch.cat([top_values, target_logit[:, None]], dim=1).double()
         exact = self._cap(torch.einsum("nd,nkd->nk", hidden.float(), self._head_weight[rows])).double()
@@ -187,22 +192,34 @@ class HFScorer:
         counted[:, -1] = (top_index != targets[:, None]).all(dim=1).double()
         shift = running_max.double()[:, None]
         total = running_sum.double() + (counted * (torch.exp(exact - shift) - torch.exp(rounded - shift))).sum(dim=1)
-        return (exact[:, -1] - shift[:, 0] - torch.log(total)).float()
+        exact_lp = (exact - shift - torch.log(total)[:, None]).float()
+        # Ranked by their fp32 values: the bf16 pass only chose which tokens to recompute.
+        best_lp, best = exact_lp[:, :-1].topk(min(self.alternatives, top), dim=-1)
+        return exact_lp[:, -1], top_index.gather(1, best), best_lp
 
-    def _target_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _target_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log p(target) per position, and the ids and log-probs of the `alternatives` likeliest
+        tokens there, most likely first."""
         # Under a device_map the last hidden state, the inputs and the head may sit on different GPUs.
         hidden, targets = hidden.to(self._head.weight.device), targets.to(self._head.weight.device)
         out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
+        top_ids = torch.zeros((len(targets), self.alternatives), dtype=torch.long, device=hidden.device)
+        top_lp = torch.zeros((len(targets), self.alternatives), dtype=torch.float32, device=hidden.device)
         for s in range(0, len(targets), self.logprob_chunk):
-            chunk_hidden, chunk_targets = hidden[s : s + self.logprob_chunk], targets[s : s + self.logprob_chunk]
+            at = slice(s, s + self.logprob_chunk)
             if self.head == "model":
-                logits = self._cap(self._head(chunk_hidden).float())
-                out[s : s + self.logprob_chunk] = logits.gather(1, chunk_targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+                logits = self._cap(self._head(hidden[at]).float())
+                log_total = torch.logsumexp(logits, dim=-1)
+                out[at] = logits.gather(1, targets[at, None])[:, 0] - log_total
+                if self.alternatives:
+                    values, top_ids[at] = logits.topk(self.alternatives, dim=-1)
+                    top_lp[at] = values - log_total[:, None]
             else:
-                out[s : s + self.logprob_chunk] = self._streamed_logprobs(chunk_hidden, chunk_targets)
-        return out
+                out[at], top_ids[at], top_lp[at] = self._streamed_logprobs(hidden[at], targets[at])
+        # A near-certain token's log-prob can round a hair above 0.
+        return out, top_ids, top_lp.clamp_(max=0.0)
 
-    def _run_batch(self, jobs: list[_Job]) -> list[np.ndarray]:
+    def _run_batch(self, jobs: list[_Job]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         lengths = [j.window.end - j.window.begin for j in jobs]
         width = max(lengths)
         ids = torch.zeros((len(jobs), width), dtype=torch.long)
@@ -221,8 +238,16 @@ class HFScorer:
             targets.append(ids[r, target_pos.to(self.device)])
             sizes.append(len(target_pos))
         rows_t, cols_t = torch.cat(rows).to(hidden.device), torch.cat(cols).to(hidden.device)
-        lp = self._target_logprobs(hidden[rows_t, cols_t], torch.cat(targets))
-        return [part.double().cpu().numpy() for part in torch.split(lp, sizes)]
+        lp, top_ids, top_lp = self._target_logprobs(hidden[rows_t, cols_t], torch.cat(targets))
+        return [
+            (part.double().cpu().numpy(), ids.cpu().numpy(), alt.cpu().numpy())
+            for part, ids, alt in zip(torch.split(lp, sizes), torch.split(top_ids, sizes), torch.split(top_lp, sizes))
+        ]
+
+    def _token_text(self, token_id: int) -> str:
+        if token_id not in self._token_texts:
+            self._token_texts[token_id] = self.tokenizer.decode([token_id])
+        return self._token_texts[token_id]
 
     def score(self, documents: Iterable[tuple[str, str]]) -> Iterator[TokenScores]:
         docs = list(documents)
@@ -234,17 +259,21 @@ class HFScorer:
         pieces: list[list[np.ndarray]] = [[] for _ in docs]
         # Longest windows first keeps padding low; results are reassembled per document.
         order = sorted(range(len(jobs)), key=lambda i: -(jobs[i].window.end - jobs[i].window.begin))
-        per_job: dict[int, np.ndarray] = {}
+        per_job: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         with torch.inference_mode():
             for s in range(0, len(order), self.batch_size):
                 batch = [jobs[i] for i in order[s : s + self.batch_size]]
-                for i, lp in zip(order[s : s + self.batch_size], self._run_batch(batch)):
-                    per_job[i] = lp
+                for i, scored in zip(order[s : s + self.batch_size], self._run_batch(batch)):
+                    per_job[i] = scored
         for i, job in enumerate(jobs):
             pieces[job.doc].append(per_job[i])
+        k = self.alternatives
         for d, (doc_id, _) in enumerate(docs):
             ids, offsets = tokenized[d]
-            lp = np.concatenate(pieces[d]) if pieces[d] else np.zeros(0)
+            lp = np.concatenate([p[0] for p in pieces[d]]) if pieces[d] else np.zeros(0)
             if len(lp) != len(ids):
                 raise ScoringError(f"document '{doc_id}': scored {len(lp)} of {len(ids)} tokens")
-            yield TokenScores(doc_id, offsets, lp, ids)
+            top_ids = np.concatenate([p[1] for p in pieces[d]]) if pieces[d] else np.zeros((0, k), np.int64)
+            top_lp = np.concatenate([p[2] for p in pieces[d]]).astype(np.float64) if pieces[d] else np.zeros((0, k))
+            top_tokens = [[self._token_text(int(t)) for t in row] for row in top_ids] if k else None
+            yield TokenScores(doc_id, offsets, lp, ids, top_tokens, top_lp if k else None)

@@ -1,7 +1,8 @@
 """The score stage: per-word log-probs for every model, on the words `corpus.ingest` wrote.
 
 Artifacts (`cfg.paths.<name>`; files and columns in docs/artifacts.md):
-- `logprobs(model)`: sharded; doc_id, word_idx, logprob (null where the model gave NaN/inf)
+- `logprobs(model)`: sharded; doc_id, word_idx, logprob (null where the model gave NaN/inf), and
+  for a model scored in process top_tokens, top_logprobs (`ModelConfig.alternatives`)
 Shard k holds documents [k * shard_docs, (k + 1) * shard_docs) of `documents` in every
 table, so a killed run redoes only unfinished shards and sharded workers never collide.
 """
@@ -25,9 +26,9 @@ from bbox_sae.config import Config, ModelConfig, key_settings
 from bbox_sae.corpus.documents import parse_shard, shard_key, shard_ranges
 from bbox_sae.corpus.words import word_spans
 from bbox_sae.errors import ArtifactError, ScoringError
-from bbox_sae.schemas import LOGPROB_SCHEMA
-from bbox_sae.scoring.align import align_logprobs
-from bbox_sae.scoring.base import LOGPROB_RULE, Scorer, ScoringStats, largest_positive
+from bbox_sae.schemas import LOGPROB_ALTERNATIVES_SCHEMA, LOGPROB_SCHEMA
+from bbox_sae.scoring.align import align_logprobs, first_token_of_words
+from bbox_sae.scoring.base import LOGPROB_RULE, Scorer, ScoringStats, TokenScores, largest_positive
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ def make_scorer(model_cfg: ModelConfig, cfg: Config) -> Scorer:
         bf16_matmuls=dtype == "mixed",
         head=head,
         refine_top=model_cfg.refine_top,
+        alternatives=model_cfg.alternatives,
     )
 
 
@@ -167,7 +169,8 @@ def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, t
     with tqdm(total=total_docs, desc=f"score {model_cfg.name}", unit="doc", leave=False) as bar:
         for k, (a, b), key in todo:
             part = documents.slice(a, b - a)
-            ids_col, idx_col, lp_col = [], [], []
+            ids_col, idx_col, lp_col, top_tokens, top_lp = [], [], [], [], []
+            kept_alternatives = False
             pairs = list(zip(part["doc_id"].to_pylist(), part["text"].to_pylist()))
             for (doc_id, text), scores in zip(pairs, _score_in_groups(scorer, pairs, model_cfg)):
                 if scores.doc_id != doc_id:
@@ -179,19 +182,32 @@ def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, t
                 ids_col.extend(ids)
                 idx_col.append(idx)
                 lp_col.append(lp)
+                if scores.top_tokens is not None:
+                    kept_alternatives = True
+                    tokens, logprobs = word_alternatives(text, scores)
+                    top_tokens.extend(tokens)
+                    top_lp.extend(logprobs)
                 stats.documents += 1
                 stats.tokens += len(scores.logprobs)
                 bar.update(1)
             lp_all = np.concatenate(lp_col) if lp_col else np.zeros(0)
-            tbl = pa.table(
-                {
-                    "doc_id": pa.array(ids_col, pa.string()),
-                    "word_idx": pa.array(np.concatenate(idx_col) if idx_col else np.zeros(0, np.int32), pa.int32()),
-                    "logprob": pa.array(lp_all, pa.float64(), from_pandas=True),
-                },
-                schema=LOGPROB_SCHEMA,
-            )
-            table.write(k, tbl, key)
+            columns = {
+                "doc_id": pa.array(ids_col, pa.string()),
+                "word_idx": pa.array(np.concatenate(idx_col) if idx_col else np.zeros(0, np.int32), pa.int32()),
+                "logprob": pa.array(lp_all, pa.float64(), from_pandas=True),
+            }
+            if kept_alternatives:
+                columns |= {"top_tokens": pa.array(top_tokens, pa.list_(pa.string())), "top_logprobs": pa.array(top_lp, pa.list_(pa.float32()))}
+            table.write(k, pa.table(columns, schema=LOGPROB_ALTERNATIVES_SCHEMA if len(columns) > 3 else LOGPROB_SCHEMA), key)
+
+
+def word_alternatives(text: str, scores: TokenScores) -> tuple[list, list]:
+    """Per word of `text`, the tokens the model expected most at the word's first token and their
+    log-probs (`TokenScores.top_tokens`); None for a word no token begins in."""
+    at = first_token_of_words(scores.offsets, word_spans(text))
+    tokens = [None if t < 0 else scores.top_tokens[t] for t in at]
+    logprobs = [None if t < 0 else scores.top_logprobs[t].tolist() for t in at]
+    return tokens, logprobs
 
 
 def _null_nonfinite(name: str, src: Path, theirs: pa.Table) -> pa.Table:

@@ -37,13 +37,13 @@ class Backend:
     def prompt_logprobs(self, ids: list[int]) -> list[float]:
         """log P(ids[i] | ids[:i]) for i >= 1, computed exactly as HFScorer computes one window."""
         with torch.inference_mode():
-            return self.scorer._run_batch([_Job(0, ids, Window(0, len(ids), 1))])[0].tolist()
+            return self.scorer._run_batch([_Job(0, ids, Window(0, len(ids), 1))])[0][0].tolist()
 
     def greedy(self, ids: list[int]) -> tuple[int, float]:
         with torch.inference_mode():
             hidden = self.scorer._body(input_ids=torch.tensor([ids])).last_hidden_state[0, -1:]
             token = int(self.scorer._head(hidden).argmax(-1)[0])
-            return token, float(self.scorer._target_logprobs(hidden, torch.tensor([token]))[0])
+            return token, float(self.scorer._target_logprobs(hidden, torch.tensor([token]))[0][0])
 
 
 class FakeVLLM(LoopbackServer):

@@ -376,6 +376,9 @@
     passage.appendChild(mark);
     passage.appendChild(el("span", "right", oneLine(row[6])));
     tr.appendChild(passage);
+    // What each model expected there instead, when its scores kept it.
+    tr.appendChild(el("td", "expected", row[8] || "–"));
+    tr.appendChild(el("td", "expected", row[9] || "–"));
     return tr;
   }
   function setUpFindingPanels() {
