@@ -52,15 +52,21 @@ def take(report: Path, out_dir: Path) -> list[Path]:
         # finding's words, each in its passage shaded by Δ.
         page.fill("#findings-filter-text", SEARCHED)
         page.locator('#findings-table th[data-sort="n"]').click()
-        written.append(_shot(page, out_dir / "report-table.png", page.locator("#findings-table").bounding_box()))
+        written.append(_shot(page, out_dir / "report-table.png", _page_box(page.locator("#findings-table"))))
         page.fill("#findings-filter-text", "")
         panel = page.locator("details.finding-words").first
         panel.locator("summary").click()
         panel.locator("tbody tr.finding-word").first.wait_for()  # drawn on the toggle event
         panel.locator('th[data-sort="delta"]').click()
-        written.append(_shot(page, out_dir / "report-words.png", panel.bounding_box()))
+        written.append(_shot(page, out_dir / "report-words.png", _page_box(panel)))
         browser.close()
     return written
+
+
+def _page_box(locator) -> dict:
+    """The element's box in page coordinates (`bounding_box` is the viewport's, which moves once
+    the page has scrolled to a clicked element; a full-page clip reads page coordinates)."""
+    return locator.evaluate("e => { const r = e.getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height}; }")
 
 
 def _shot(page, path: Path, box: dict) -> Path:
