@@ -220,11 +220,12 @@ REPORT = Stage(
     "report",
     "W&B tables, report.html and report.md",
     _report,
-    # Everything it reads: documents' domains and text, the build index's log-probs (findings'
-    # held-out contexts), the SAE's metrics, features, findings, contexts, corpus stats (with the
-    # features stage's decisions), labels. A stage's key holds only its inputs' digests, so one
-    # left out here could change without the report being redone.
-    inputs=(INGEST, BUILD, TRAIN, FEATURES, LABEL),
+    # Everything it reads: documents' domains and text, the tokens each model expected at a word
+    # (the scores' `top_tokens`), the build index's log-probs (findings' held-out contexts), the
+    # SAE's metrics, features, findings, contexts, corpus stats (with the features stage's
+    # decisions), labels. A stage's key holds only its inputs' digests, so one left out here could
+    # change without the report being redone.
+    inputs=(INGEST, SCORE, BUILD, TRAIN, FEATURES, LABEL),
     reads=("report", "wandb", "sae"),
     outputs=lambda c: [c.paths.report_html, c.paths.report_md],
 )

@@ -71,6 +71,12 @@ def test_run_produces_consistent_artifacts_and_skips_what_is_up_to_date(project)
     changed = run_all(project.load("sae.k=3"))
     assert changed["ran"] == ["train", "features", "label", "report"]
 
+    # Fewer alternatives kept per word: the same log-probs, so the same matrix and findings, but
+    # the report's panels read the tokens themselves and are redone.
+    fewer = run_all(project.load("sae.k=3", "models.0.alternatives=2"))
+    assert fewer["ran"][0] == "score" and fewer["ran"][-1] == "report" and "train" not in fewer["ran"]
+    assert all(len(t) == 2 for t in read_table(paths.logprobs("smol"))["top_tokens"].to_pylist() if t is not None)
+
 
 def test_cli_exit_codes(project):
     ok = subprocess.run([sys.executable, "-m", "bbox_sae", "run", "--config", str(project.config)], capture_output=True, text=True)
