@@ -227,7 +227,7 @@ def finding_groups(units: list[Tested], containment: float) -> list[list[int]]:
 # A finding whose train words stand at least this share where a topic finding's cue was named
 # earlier in the text, for the same winner, is that topic's word (`joined_with_topics`).
 IN_TOPIC = 0.8
-# A topic's scope: the fewest of its cues whose texts hold this share of its own train words.
+# A topic's scope: its most specific cues, taken until their texts hold this share of its own train words.
 TOPIC_COVER = 0.9
 
 
@@ -293,9 +293,9 @@ def _in_topic_texts(unit: Tested, named: list[str], scope: np.ndarray, attrs: Wo
 
 
 def topic_scope(cues: list[str], attrs: WordAttributes, train: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, set[str]]:
-    """Which `train` words stand after the topic's principal cues, and those cues: greedily, the cue whose texts are
-    most the topic's (the largest share of the words it adds to the scope are the topic's own train
-    words, `own`), until `TOPIC_COVER` of them are held. A set extends to every cue that tells it
+    """Which `train` words stand after the topic's principal cues, and those cues: greedily, the cue
+    whose texts are most the topic's (the largest share of the words it adds to the scope are the
+    topic's own train words, `own`), until `TOPIC_COVER` of them are held. A set extends to every cue that tells it
     (`rule_search._more_cues`): the planted network topic of the Handbook came back with 38 cues,
     'contains', 'important' and 'several' among them, whose texts together are most of the corpus;
     'ip', 'dns' and 'network' say where it is."""
