@@ -120,8 +120,10 @@ def _score_in_groups(scorer: Scorer, pairs: list[tuple[str, str]], model_cfg: Mo
         yield from scorer.score(pairs[g : g + group])
 
 
-def word_logprob_rows(doc_id: str, text: str, offsets: np.ndarray, logprobs: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
-    spans = word_spans(text)
+def word_logprob_rows(
+    doc_id: str, text: str, offsets: np.ndarray, logprobs: np.ndarray, spans: np.ndarray | None = None
+) -> tuple[list, np.ndarray, np.ndarray]:
+    spans = word_spans(text) if spans is None else spans
     per_word = align_logprobs(offsets, logprobs, spans)
     return [doc_id] * len(spans), np.arange(len(spans), dtype=np.int32), per_word
 
@@ -175,7 +177,8 @@ def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, t
             for (doc_id, text), scores in zip(pairs, _score_in_groups(scorer, pairs, model_cfg)):
                 if scores.doc_id != doc_id:
                     raise ScoringError(f"model '{model_cfg.name}': scorer returned '{scores.doc_id}' for '{doc_id}'")
-                ids, idx, lp = word_logprob_rows(doc_id, text, scores.offsets, scores.logprobs)
+                spans = word_spans(text)
+                ids, idx, lp = word_logprob_rows(doc_id, text, scores.offsets, scores.logprobs, spans)
                 if not np.all(np.isfinite(scores.logprobs)):
                     log.warning("model '%s': non-finite log-probs in document '%s'; its words are excluded", model_cfg.name, doc_id)
                     lp = np.full(len(lp), np.nan)
@@ -184,7 +187,7 @@ def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, t
                 lp_col.append(lp)
                 if scores.top_tokens is not None:
                     kept_alternatives = True
-                    tokens, logprobs = word_alternatives(text, scores)
+                    tokens, logprobs = word_alternatives(spans, scores)
                     top_tokens.extend(tokens)
                     top_lp.extend(logprobs)
                 stats.documents += 1
@@ -201,10 +204,10 @@ def _score_shards(model_cfg: ModelConfig, scorer: Scorer, documents: pa.Table, t
             table.write(k, pa.table(columns, schema=LOGPROB_ALTERNATIVES_SCHEMA if len(columns) > 3 else LOGPROB_SCHEMA), key)
 
 
-def word_alternatives(text: str, scores: TokenScores) -> tuple[list, list]:
-    """Per word of `text`, the tokens the model expected most at the word's first token and their
-    log-probs (`TokenScores.top_tokens`); None for a word no token begins in."""
-    at = first_token_of_words(scores.offsets, word_spans(text))
+def word_alternatives(spans: np.ndarray, scores: TokenScores) -> tuple[list, list]:
+    """Per word (its character `spans`), the tokens the model expected most at the word's first
+    token and their log-probs (`TokenScores.top_tokens`); None for a word no token begins in."""
+    at = first_token_of_words(scores.offsets, spans)
     tokens = [None if t < 0 else scores.top_tokens[t] for t in at]
     logprobs = [None if t < 0 else scores.top_logprobs[t].tolist() for t in at]
     return tokens, logprobs
