@@ -30,8 +30,9 @@ $(DEMO_READY): $(STAMP) configs/demo.yaml
 
 # Both cores: each test runs on one thread (tests/conftest.py), so two workers fill the machine;
 # a module's tests stay on one worker, sharing its module fixtures (a built run, a browser).
+# The 25 slowest tests are listed at the end, so a CI log says where the time goes.
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser" -p no:cacheprovider

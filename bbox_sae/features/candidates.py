@@ -62,10 +62,18 @@ class Tested:
         return proposer_text(self.searched, self.latents)
 
 
-def proposer_text(searched: bool, latents: Sequence[int]) -> str:
-    """Who proposed a candidate or finding: "rule search", "latents 3, 17", or "rule search + latent 3"."""
-    named = f"latent{'s' if len(latents) > 1 else ''} {', '.join(map(str, sorted(latents)))}" if latents else ""
+def proposer_text(searched: bool, latents: Sequence[int], minority: Sequence[int] = ()) -> str:
+    """Who proposed a candidate or finding: "rule search", "latents 3, 17", or "rule search + latent 3".
+    `minority`: latents that proposed it from a few of their top words only, said when no one else
+    did, so that a finding never shows no proposer ("latent 274, from a minority of its top words")."""
+    named = _latents_text(latents)
+    if not searched and not latents and minority:
+        return f"{_latents_text(minority)}, from a minority of {'their' if len(minority) > 1 else 'its'} top words"
     return " + ".join(p for p in ("rule search" if searched else "", named) if p)
+
+
+def _latents_text(latents: Sequence[int]) -> str:
+    return f"latent{'s' if len(latents) > 1 else ''} {', '.join(map(str, sorted(latents)))}" if latents else ""
 
 
 def rule_candidates(feats: Sequence[dict], inputs: FindingInputs, fires: np.ndarray, column: dict[int, int]) -> tuple[list[Tested], dict[int, RuleFit]]:

@@ -493,7 +493,7 @@ def _finding_row(group: list[int], units: list[Tested], rows: dict, inputs: Find
         "kind": "rule" if by_rules else "latent",
         "latents": ",".join(str(x) for x in latents),
         "n_latents": len(latents),
-        "proposer": proposer_text(any(u.searched for u in members), proposers),
+        "proposer": proposer_text(any(u.searched for u in members), proposers, sorted({m for u in members for m in u.latents} - set(proposers))),
         "n_units": len(members),
         "q_value": max(u.q_value for u in members),
         "n_top": int(len(train_rows)),
