@@ -85,9 +85,15 @@ def resolve_scoring_dtype(dtype: str, device: torch.device) -> str:
 
 
 def resolve_head(head: str, device: torch.device, dtype: str) -> str:
-    """The scorer's output-layer precision (bbox_sae/scoring/hf.py); GPUs keep the model's own."""
+    """The scorer's output-layer precision (bbox_sae/scoring/hf.py); GPUs keep the model's own.
+    A CPU streams the vocabulary in every precision: in fp32 the streamed head gives the model's
+    own log-probs (within 4e-6 nats, the same likeliest tokens) and Gemma's 262k-token head took
+    29% less time than writing out each chunk's full logits (benchmarks/RESULTS.md, issue 58), so
+    scores cached with either are kept."""
     if head == "auto":
-        return "refined" if device.type == "cpu" and dtype != "float32" else "model"
+        if device.type != "cpu":
+            return "model"
+        return "float32" if dtype == "float32" else "refined"
     return head
 
 

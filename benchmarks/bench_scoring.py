@@ -114,7 +114,14 @@ def worker(args) -> dict:
 
     convert_s = 0.0
     if args.worker == "ours":
-        mcfg = mcfg.model_copy(update={"dtype": args.dtype, "device": args.device, **({"batch_size": args.batch_size} if args.batch_size else {})})
+        mcfg = mcfg.model_copy(
+            update={
+                "dtype": args.dtype,
+                "device": args.device,
+                **({"batch_size": args.batch_size} if args.batch_size else {}),
+                **({"head": args.head} if args.head else {}),
+            }
+        )
         # The one-time GGUF conversion into cache_dir (a no-op once cached) is not part of "load s".
         start = time.perf_counter()
         causal_lm_location(mcfg.source, mcfg.path, mcfg.package, mcfg.file, cfg.cache)
@@ -220,6 +227,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="scoring passes per worker; the best counts")
     p.add_argument("--dtype", default="auto", help="the scored models' dtype: auto (the demo's), float32, bfloat16, mixed")
     p.add_argument("--batch-size", type=int, default=None, help="ours: override the config's batch_size")
+    p.add_argument("--head", default=None, help="ours: override the config's head (auto, model, float32, refined)")
     p.add_argument("--methods", default="naive,ours")
     p.add_argument("--gemm-seconds", type=float, default=1.0)
     p.add_argument("--worker", choices=["ours", "naive"], help=argparse_hidden())
@@ -253,6 +261,8 @@ def main(argv=None) -> int:
                 )  # fmt: skip
                 if args.batch_size:
                     cmd += ["--batch-size", str(args.batch_size)]
+                if args.head:
+                    cmd += ["--head", args.head]
                 print(f"[scoring] {name} / {method} ...", file=sys.stderr, flush=True)
                 res, wall, _ = run_child(cmd)
                 res["process_wall_s"] = round(wall, 2)
@@ -304,7 +314,7 @@ def main(argv=None) -> int:
                 "max_abs_logprob_diff": by["ours"].get("max_abs_logprob_diff_vs_other"),
             }
     print_table(
-        f"Scoring ({args.docs} demo documents, best of {args.repeats} passes, {threads} threads, {args.device}, {args.dtype})",
+        f"Scoring ({args.docs} demo documents, best of {args.repeats} passes, {threads} threads, {args.device}, {args.dtype}{', head ' + args.head if args.head else ''})",
         [
             "model",
             "method",

@@ -116,6 +116,21 @@ def test_fp32_heads_agree_with_the_models_own_head(tiny_lm, kind):
         np.testing.assert_allclose(words, ref, atol=1e-4)
 
 
+@pytest.mark.parametrize("head", ["float32", "refined"])
+def test_streamed_heads_add_an_output_layers_bias(tiny_lm, head):
+    """A biased output layer (as some causal LMs have) scores through the streamed heads too."""
+    model, tok = load_causal_lm(str(tiny_lm("smollm2")), torch.device("cpu"), torch.float32)
+    ref = _words(HFScorer("smollm2", model, tok, start_token=START["smollm2"], window=24, stride=8), DOCS)
+    model, tok = load_causal_lm(str(tiny_lm("smollm2")), torch.device("cpu"), torch.float32)
+    torch.manual_seed(0)
+    model.get_output_embeddings().bias = torch.nn.Parameter(3 * torch.randn(model.config.vocab_size))
+    biased = _words(HFScorer("smollm2", model, tok, start_token=START["smollm2"], window=24, stride=8), DOCS)
+    # Its construction checks its head against the model's own logits, bias included.
+    words = _words(HFScorer("smollm2", model, tok, start_token=START["smollm2"], window=24, stride=8, head=head, bf16_matmuls=head == "refined"), DOCS)
+    assert np.abs(biased - ref).max() > 0.1
+    np.testing.assert_allclose(words, biased, atol=1e-4 if head == "float32" else 0.05)
+
+
 @pytest.mark.parametrize("kind", ["smollm2", "gemma"])
 def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
     model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
@@ -175,7 +190,7 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
     assert resolve_scoring_dtype("auto", cuda) == "bfloat16" and resolve_head("auto", cuda, "bfloat16") == "model"
     assert resolve_scoring_dtype("auto", cpu) == "mixed" and resolve_head("auto", cpu, "mixed") == "refined"
-    assert resolve_head("auto", cpu, "bfloat16") == "refined" and resolve_head("auto", cpu, "float32") == "model"
+    assert resolve_head("auto", cpu, "bfloat16") == "refined" and resolve_head("auto", cpu, "float32") == "float32"
     assert resolve_scoring_dtype("float32", cpu) == "float32" and resolve_head("float32", cuda, "bfloat16") == "float32"
     assert resolve_dtype("auto", cpu) == torch.float32  # encoders keep fp32 on a CPU
     base = ModelConfig(name="m", path="x")
@@ -189,7 +204,7 @@ def test_precision_is_resolved_per_device_and_part_of_the_cache_key(monkeypatch)
     # A CPU that emulates bf16 (about 30x slower than fp32 there) scores `auto` in float32, under a key of its own.
     with_bf16 = model_key(base)
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
-    assert resolve_scoring_dtype("auto", cpu) == "float32" and resolve_head("auto", cpu, "float32") == "model"
+    assert resolve_scoring_dtype("auto", cpu) == "float32" and resolve_head("auto", cpu, "float32") == "float32"
     assert resolve_scoring_dtype("auto", cuda) == "bfloat16" and model_key(base) != with_bf16
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
     # A new rounding scheme for `mixed` or the refined head re-scores those, and only those.

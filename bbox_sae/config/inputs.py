@@ -74,7 +74,7 @@ class ModelConfig(Section):
     head: Annotated[Literal["auto", "model", "float32", "refined"], key_when(_head_is_set)] = Field(
         default="auto",
         description="output layer precision: the body's dtype (model), fp32 (float32), or the body's dtype with the "
-        "top logits and the target's recomputed in fp32 (refined); auto: refined on CPU unless float32, else model",
+        "top logits and the target's recomputed in fp32 (refined); auto: on a CPU refined, or float32 where the body is fp32; on a GPU model",
     )
     refine_top: Annotated[int, key_when(_head_is_set)] = Field(default=32, ge=1, description="head: refined recomputes this many top logits per position")
     alternatives: Annotated[int, key_when(_scored_in_process)] = Field(

@@ -103,12 +103,12 @@ class HFScorer:
         self.refine_top = refine_top
         self.alternatives = alternatives
         self._token_texts: dict[int, str] = {}
-        self._head_weight = None
+        self._head_weight = self._head_bias = None
         if head != "model":
-            if getattr(self._head, "bias", None) is not None:
-                raise ConfigError(f"model '{name}': head '{head}' needs an output layer without bias; use head: model")
-            # Keeps the loaded (fp32) tensor: converting the model below gives it new storage.
+            # Keeps the loaded (fp32) tensors: converting the model below gives them new storage.
             self._head_weight = self._head.weight.detach().float()
+            bias = getattr(self._head, "bias", None)
+            self._head_bias = None if bias is None else bias.detach().float()
         # The head check compares our path with the model's own logits, so it runs before any
         # conversion, in the precision the model was loaded in.
         self._check_head()
@@ -145,7 +145,10 @@ class HFScorer:
     def _block_logits(self, hidden: torch.Tensor, begin: int, end: int) -> torch.Tensor:
         """fp32 logits (after any softcap) of vocabulary rows [begin, end), from hidden states
         already in the head weight's dtype."""
-        return self._cap(torch.nn.functional.linear(hidden, self._head_rows()[begin:end]).float())
+        logits = torch.nn.functional.linear(hidden, self._head_rows()[begin:end]).float()
+        if self._head_bias is not None:
+            logits += self._head_bias[begin:end]
+        return self._cap(logits)
 
     def _streamed_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """log p(target) through an online log-sum-exp over vocabulary blocks, and the
@@ -186,7 +189,10 @@ class HFScorer:
             return target_logit - log_total, top_index[:, : self.alternatives], top_values[:, : self.alternatives] - log_total[:, None]
         rows = torch.cat([top_index, targets[:, None]], dim=1)
         rounded = torch.cat([top_values, target_logit[:, None]], dim=1).double()
-        exact = self._cap(torch.einsum("nd,nkd->nk", hidden.float(), self._head_weight[rows])).double()
+        exact = torch.einsum("nd,nkd->nk", hidden.float(), self._head_weight[rows])
+        if self._head_bias is not None:
+            exact += self._head_bias[rows]
+        exact = self._cap(exact).double()
         # The target's term is already among the top ones when it is one of them.
         counted = torch.ones_like(rounded)
         counted[:, -1] = (top_index != targets[:, None]).all(dim=1).double()
