@@ -234,7 +234,7 @@ def markdown(payload: dict) -> str:
 
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="0.1,0.3,1,3", help="millions of words, comma-separated")
+    p.add_argument("--sizes", help="millions of words, comma-separated (default 0.1,0.3,1,3; --quick: 0.002,0.006)")
     p.add_argument("--sae-rows", type=int, default=2_000_000, help="sae.total_rows at every size")
     p.add_argument("--shard-docs", type=int, default=64)
     p.add_argument("--work-dir", default=str(REPO / "runs" / "bench-scale"), help="corpora and runs, one folder per size")
@@ -248,7 +248,8 @@ def main() -> None:
     args = p.parse_args()
     args.threads = args.threads or 1
     if args.quick:
-        args.sizes, args.sae_rows = "0.002,0.006", min(args.sae_rows, 4096)
+        args.sae_rows = min(args.sae_rows, 4096)
+    args.sizes = args.sizes or ("0.002,0.006" if args.quick else "0.1,0.3,1,3")
     path = results_path(args, NAME)
     previous = json.loads(path.read_text()) if path.exists() else {}
     kept = {k: v for k, v in previous.get("sizes", {}).items() if previous.get("settings") == vars_of(args)}

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bbox_sae.stages import STAGE_NAMES
 from helpers.project import SMALL_RUN, make_project, sample_docs, tiny_pair
 from helpers.repo import REPO
@@ -50,6 +52,7 @@ def test_bench_embed_build_quick(tmp_path, tiny_encoder):
     assert result["ratios"]["build_rows_per_s_ours_over_baseline"] > 0
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
     # The same script a lent GPU runs, reduced: the SAE benchmark for a few steps and the whole
     # pipeline on a tiny project whose two random-weight models are scored in process.

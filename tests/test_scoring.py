@@ -1,3 +1,5 @@
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -5,12 +7,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bbox_sae.corpus.words import word_spans
-from bbox_sae.models import load_causal_lm
 from bbox_sae.scoring.align import align_logprobs
 from bbox_sae.scoring.base import plan_windows
 from bbox_sae.scoring.hf import HFScorer
 from helpers.project import make_project
 from helpers.repo import load_script
+
+
+@functools.cache
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load_tiny(path: str):
+    """A fresh fp32 model (tests change models) with its tokenizer read once per path: parsing Gemma's
+    262k-entry tokenizer.json takes ~3.6 s, and these tests load a model a dozen times."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), _tokenizer(path)
+
 
 KINDS = ["smollm2", "gemma", "minilm"]
 START = {"smollm2": "<|endoftext|>", "gemma": None, "minilm": "[CLS]"}
@@ -24,7 +41,7 @@ TEXT = st.one_of(st.text(min_size=1, max_size=60), st.lists(PIECES, min_size=1, 
 def scorers(tiny_lm):
     out = {}
     for kind in KINDS:
-        model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+        model, tok = load_tiny(str(tiny_lm(kind)))
         out[kind] = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, batch_size=3)
     return out
 
@@ -56,7 +73,7 @@ def test_word_logprobs_sum_to_token_logprobs(scorers, kind, text):
 
 @pytest.mark.parametrize("kind", ["smollm2", "gemma"])
 def test_sliding_windows_equal_one_window_when_it_covers_the_document(tiny_lm, kind):
-    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm(kind)))
     text = "Were I to say it, if you were there, 12 men would go.\nThen again: 日本語 and café."
     n = len(tok(text, add_special_tokens=False)["input_ids"])
     one = HFScorer(kind, model, tok, start_token=START[kind], window=n + 1, stride=1)
@@ -66,7 +83,7 @@ def test_sliding_windows_equal_one_window_when_it_covers_the_document(tiny_lm, k
 
 
 def test_batching_and_padding_do_not_change_scores(tiny_lm):
-    model, tok = load_causal_lm(str(tiny_lm("smollm2")), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm("smollm2")))
     docs = [("a", "Short one."), ("b", "A rather longer document, " * 12), ("c", "Mid length text here, ok?")]
     batched = HFScorer("s", model, tok, start_token="<|endoftext|>", window=32, stride=16, batch_size=8)
     single = HFScorer("s", model, tok, start_token="<|endoftext|>", window=32, stride=16, batch_size=1)
@@ -76,7 +93,7 @@ def test_batching_and_padding_do_not_change_scores(tiny_lm):
 
 
 def test_first_token_is_conditioned_on_the_start_token(tiny_lm):
-    model, tok = load_causal_lm(str(tiny_lm("gemma")), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm("gemma")))
     scorer = HFScorer("g", model, tok, window=64, stride=32)
     text = "Hello there"
     scores = next(scorer.score([("d", text)]))
@@ -109,7 +126,7 @@ def test_fp32_heads_agree_with_the_models_own_head(tiny_lm, kind):
     """Without a precision change every head computes the same log-softmax."""
     ref = None
     for head in ("model", "float32", "refined"):
-        model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+        model, tok = load_tiny(str(tiny_lm(kind)))
         words = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, head=head), DOCS)
         if ref is None:
             ref = words
@@ -119,9 +136,9 @@ def test_fp32_heads_agree_with_the_models_own_head(tiny_lm, kind):
 @pytest.mark.parametrize("head", ["float32", "refined"])
 def test_streamed_heads_add_an_output_layers_bias(tiny_lm, head):
     """A biased output layer (as some causal LMs have) scores through the streamed heads too."""
-    model, tok = load_causal_lm(str(tiny_lm("smollm2")), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm("smollm2")))
     ref = _words(HFScorer("smollm2", model, tok, start_token=START["smollm2"], window=24, stride=8), DOCS)
-    model, tok = load_causal_lm(str(tiny_lm("smollm2")), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm("smollm2")))
     torch.manual_seed(0)
     model.get_output_embeddings().bias = torch.nn.Parameter(3 * torch.randn(model.config.vocab_size))
     biased = _words(HFScorer("smollm2", model, tok, start_token=START["smollm2"], window=24, stride=8), DOCS)
@@ -133,11 +150,11 @@ def test_streamed_heads_add_an_output_layers_bias(tiny_lm, head):
 
 @pytest.mark.parametrize("kind", ["smollm2", "gemma"])
 def test_refined_head_recovers_the_precision_a_bf16_head_loses(tiny_lm, kind):
-    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm(kind)))
     ref = _words(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8), DOCS)
     err = {}
     for head in ("model", "refined", "float32"):
-        model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+        model, tok = load_tiny(str(tiny_lm(kind)))
         scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head=head)
         assert next(model.parameters()).dtype == torch.bfloat16
         words = _words(scorer, DOCS)
@@ -156,7 +173,7 @@ def test_streamed_heads_are_as_accurate_as_one_log_softmax_over_the_whole_vocabu
     # The one-pass head the streamed one replaced, as the precision benchmark measures it.
     unstreamed_refined_logprobs = load_script("benchmarks/bench_precision.py").unstreamed_refined_logprobs
 
-    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm(kind)))
     scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head=head)
     torch.manual_seed(0)
     hidden = torch.randn(12, model.config.hidden_size)
@@ -220,10 +237,10 @@ def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
     from bbox_sae.scoring.precision import Bf16Linear, decoder_layers
 
     path = str(tiny_lm(kind, layers=4))
-    model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(path)
     fp32 = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8)
     ref = _words(fp32, DOCS)
-    model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(path)
     mixed = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, bf16_matmuls=True, head="refined")
     # What the run records (scoring stats) of how it scored: `dtype: auto` resolves by host.
     assert (fp32.precision, mixed.precision) == ("float32; head model; cpu", "mixed: bf16 matmuls, fp32 elsewhere; head refined; cpu")
@@ -240,7 +257,7 @@ def test_mixed_precision_rounds_only_the_middle_layers_matmuls(tiny_lm, kind):
     err = np.abs(words - ref)
     assert 0 < np.median(err) < 0.05  # bf16 rounding happened, and stayed small
 
-    model, tok = load_causal_lm(path, torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(path)
     bf16_scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, dtype=torch.bfloat16, head="refined")
     assert bf16_scorer.precision == "bfloat16; head refined; cpu"
     bf16 = _words(bf16_scorer, DOCS)
@@ -281,7 +298,7 @@ def test_each_head_keeps_the_tokens_the_model_expected_most(tiny_lm, kind, head,
     from bbox_sae.scoring import hf
 
     monkeypatch.setattr(hf, "VOCAB_BLOCK", 1000)  # several blocks, on the tiny vocabularies too
-    model, tok = load_causal_lm(str(tiny_lm(kind)), torch.device("cpu"), torch.float32)
+    model, tok = load_tiny(str(tiny_lm(kind)))
     plain = list(HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, head=head).score(DOCS))
     scorer = HFScorer(kind, model, tok, start_token=START[kind], window=24, stride=8, head=head, alternatives=3)
     kept = list(scorer.score(DOCS))

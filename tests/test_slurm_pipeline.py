@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bbox_sae.bookkeeping import staleness
 from bbox_sae.cli import build_parser
 from bbox_sae.manifest import Manifest
@@ -48,6 +50,7 @@ def _option(argv: list[str], name: str) -> str | None:
     return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), None)
 
 
+@pytest.mark.slow
 def test_the_submitted_jobs_run_the_pipeline_from_ingest_to_report(tmp_path):
     project = make_project(tmp_path / "p", sample_docs(7, seed=1), **SMALL_RUN, label={"labeler": "heuristic"})
     env = {
