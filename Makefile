@@ -51,7 +51,6 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser" -p no:cacheprovider
 
 demo: setup
-	$(PY) -m bbox_sae.corpus.demo .cache/corpus
 	$(VENV)/bin/bbox run --config configs/demo.yaml
 
 # Debian's Chromium for the `browser` tests (setup installs it too; skipped unless root with apt-get).

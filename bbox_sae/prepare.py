@@ -13,13 +13,14 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from bbox_sae.config import load_config
 from bbox_sae.errors import BBoxError
 from bbox_sae.models import causal_lm_location
 
 
-def _convert(source: str, path: str | None, package: str | None, file: str | None, cache, threads: int) -> str:
+def _convert(source: str, path: str | None, package: str | None, file: str | None, cache: Path, threads: int) -> str:
     import torch
 
     # Two conversions each on every core would slow both (torch threads oversubscribe).
