@@ -313,3 +313,25 @@ def test_each_head_keeps_the_tokens_the_model_expected_most(tiny_lm, kind, head,
         np.testing.assert_allclose(after.top_logprobs[:n], expected.values.numpy(), atol=1e-4)
         assert after.top_tokens[:n] == [[tok.decode([int(t)]) for t in row] for row in expected.indices]
         assert (np.diff(after.top_logprobs, axis=1) <= 1e-6).all() and (after.top_logprobs[:, 0] >= after.logprobs - 1e-4).all()
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "gemma"])
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_causal_query_blocks_score_as_one_attention_over_the_window(tiny_lm, kind, batch_size, monkeypatch):
+    """A CPU attends one block of queries at a time (scoring/cpu.py): with padded batches, with
+    windows longer than tiny Gemma's 64-token sliding window, and with no mask at all (one
+    unpadded row, where transformers leaves it out), the scores are those of one SDPA call."""
+    from bbox_sae.scoring import cpu
+
+    monkeypatch.setattr(cpu, "QUERY_BLOCK", 16)
+    docs = [("a", "Were I to say it, if you were there, 12 men would go. " * 9), ("b", "Then again: café. " * 4), ("c", "Short.")]
+    model, tok = load_tiny(str(tiny_lm(kind)))
+    blocked = HFScorer(kind, model, tok, start_token=START[kind], window=96, stride=32, batch_size=batch_size)
+    assert model.config._attn_implementation == cpu.ATTENTION
+    calls, sdpa = [], cpu.sdpa_attention_forward
+    monkeypatch.setattr(cpu, "sdpa_attention_forward", lambda *a, **k: calls.append(a[1].shape[2]) or sdpa(*a, **k))
+    first = list(blocked.score(docs))
+    assert len(first[0].logprobs) > 96 and max(calls) == 16  # 'a' spans windows, each attended block by block
+    model.set_attn_implementation("sdpa")
+    for x, y in zip(first, blocked.score(docs)):
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)

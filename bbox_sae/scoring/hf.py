@@ -26,6 +26,7 @@ import torch
 
 from bbox_sae.errors import ConfigError, ScoringError
 from bbox_sae.scoring.base import TokenScores, Window, plan_windows
+from bbox_sae.scoring.cpu import use_causal_query_blocks
 from bbox_sae.scoring.precision import Bf16Linear, use_bf16_matmuls
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ class HFScorer:
         # What the run records of how it scored (`dtype: auto` resolves by host).
         body = "mixed: bf16 matmuls, fp32 elsewhere" if bf16_matmuls else str(next(model.parameters()).dtype).removeprefix("torch.")
         self.precision = f"{body}; head {head}; {self.device.type}"
+        if self.device.type == "cpu":
+            use_causal_query_blocks(model)
         if bf16_matmuls:
             use_bf16_matmuls(model)
             if head == "refined":
