@@ -329,9 +329,18 @@ def test_causal_query_blocks_score_as_one_attention_over_the_window(tiny_lm, kin
     blocked = HFScorer(kind, model, tok, start_token=START[kind], window=96, stride=32, batch_size=batch_size)
     assert model.config._attn_implementation == cpu.ATTENTION
     calls, sdpa = [], cpu.sdpa_attention_forward
-    monkeypatch.setattr(cpu, "sdpa_attention_forward", lambda *a, **k: calls.append(a[1].shape[2]) or sdpa(*a, **k))
+
+    # What each SDPA call got: its queries, and its mask's rank (2: the blocks' own causal mask, 0: none).
+    def record(module, query, key, value, mask, **kwargs):
+        calls.append((query.shape[2], 0 if mask is None else mask.dim()))
+        return sdpa(module, query, key, value, mask, **kwargs)
+
+    monkeypatch.setattr(cpu, "sdpa_attention_forward", record)
     first = list(blocked.score(docs))
-    assert len(first[0].logprobs) > 96 and max(calls) == 16  # 'a' spans windows, each attended block by block
+    assert len(first[0].logprobs) > 96 and max(q for q, _ in calls) == 16  # 'a' spans windows, each attended block by block
+    if kind == "smollm2":  # full attention: transformers gives unpadded rows no mask, padded ones a mask
+        ranks = {rank for _, rank in calls}
+        assert 2 in ranks and (4 in ranks) == (batch_size > 1)
     model.set_attn_implementation("sdpa")
     for x, y in zip(first, blocked.score(docs)):
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
