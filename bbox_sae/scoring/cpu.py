@@ -49,11 +49,9 @@ def _register_attention() -> None:
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
-def use_causal_query_blocks(model) -> bool:
+def use_causal_query_blocks(model) -> None:
     """Switch a model that attends with SDPA to the blocked attention; others (eager for a
-    soft-capped attention, flash kernels) are left as they are. Returns whether it switched."""
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return False
-    _register_attention()
-    model.set_attn_implementation(ATTENTION)
-    return True
+    soft-capped attention, flash kernels) are left as they are."""
+    if getattr(model.config, "_attn_implementation", None) == "sdpa":
+        _register_attention()
+        model.set_attn_implementation(ATTENTION)
