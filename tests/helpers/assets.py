@@ -69,13 +69,13 @@ def real_model_dir(kind: str) -> Path:
 
 
 def tokenizer_dir(kind: str) -> Path:
+    target = ASSETS / "tokenizers" / kind
+    if (target / "tokenizer_config.json").exists():
+        return target
     from transformers import AutoTokenizer
 
     from bbox_sae.models import encoder_location
 
-    target = ASSETS / "tokenizers" / kind
-    if (target / "tokenizer_config.json").exists():
-        return target
     tmp = target.with_name(f"{kind}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     if kind in DEMO_MODELS:
@@ -93,11 +93,13 @@ def tokenizer_dir(kind: str) -> Path:
 
 def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096, layers: int = 2) -> Path:
     """A random causal LM (Llama; Gemma 3 for the Gemma tokenizer), 2 layers unless set, with that tokenizer."""
-    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
-
     target = ASSETS / "lms" / (f"{kind}-s{seed}-p{max_positions}" + (f"-l{layers}" if layers != 2 else ""))
     if (target / "config.json").exists():
         return target
+    # Imported past the check: transformers' lazy model classes cost 40 ms a lookup, and property
+    # tests ask for a built model's dir thousands of times.
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+
     tok = AutoTokenizer.from_pretrained(tokenizer_dir(kind))
     torch.manual_seed(seed)
     common = dict(
@@ -125,11 +127,11 @@ def tiny_lm_dir(kind: str, seed: int = 0, max_positions: int = 4096, layers: int
 
 def tiny_encoder_dir(seed: int = 0) -> Path:
     """A 2-layer random BERT with the real MiniLM WordPiece tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
     target = ASSETS / "encoders" / f"minilm-s{seed}"
     if (target / "config.json").exists():
         return target
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
     tok = AutoTokenizer.from_pretrained(tokenizer_dir("minilm"))
     torch.manual_seed(seed)
     model = BertModel(

@@ -8,7 +8,9 @@ see), a tiny SAE. `planted_run`: known directions in the SAE's input, for traini
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +54,10 @@ def is_if_were(words: list[str], idx: int) -> bool:
         return False
     prior = [w.strip().lower() for w in words[max(0, idx - 3) : idx]]
     return "if" in prior
+
+
+# The embeddings of this process's last call (the real MiniLM: about 4 s a call).
+_last_embeddings: list[Path] = []
 
 
 def planted_pipeline(
@@ -112,7 +118,12 @@ def planted_pipeline(
     for name, lp in (("A", lp_a), ("B", lp_b)):
         pq.write_table(pa.table({"doc_id": words["doc_id"], "word_idx": words["word_idx"], "logprob": lp}), project.logprob_file(name))
     score(cfg)
+    # Shards an earlier call embedded from the same documents are taken as they are: the embed
+    # stage keeps a shard whose key (its documents, the encoder settings) matches, and redoes any other.
+    if _last_embeddings and _last_embeddings[-1].exists():
+        shutil.copytree(_last_embeddings[-1], cfg.paths.embeddings, dirs_exist_ok=True)
     run_embed(cfg)
+    _last_embeddings[:] = [cfg.paths.embeddings]
     run_build(cfg)
     run_train(cfg)
     run_features(cfg)
