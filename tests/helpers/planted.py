@@ -57,7 +57,7 @@ def is_if_were(words: list[str], idx: int) -> bool:
 
 
 # The embeddings of this process's last call (the real MiniLM: about 4 s a call).
-_last_embeddings: list[Path] = []
+_last_embeddings: Path | None = None
 
 
 def planted_pipeline(
@@ -120,10 +120,11 @@ def planted_pipeline(
     score(cfg)
     # Shards an earlier call embedded from the same documents are taken as they are: the embed
     # stage keeps a shard whose key (its documents, the encoder settings) matches, and redoes any other.
-    if _last_embeddings and _last_embeddings[-1].exists():
-        shutil.copytree(_last_embeddings[-1], cfg.paths.embeddings, dirs_exist_ok=True)
+    global _last_embeddings
+    if _last_embeddings is not None and _last_embeddings.exists():
+        shutil.copytree(_last_embeddings, cfg.paths.embeddings, dirs_exist_ok=True)
     run_embed(cfg)
-    _last_embeddings[:] = [cfg.paths.embeddings]
+    _last_embeddings = cfg.paths.embeddings
     run_build(cfg)
     run_train(cfg)
     run_features(cfg)
