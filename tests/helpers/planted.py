@@ -72,6 +72,7 @@ def planted_pipeline(
     """Run ingest → features on `docs` (default: 'were' after 'if'), model B worse than A by
     `planted_delta` on the words `is_planted` marks (times its value when it returns a number: -1
     makes B better there); returns (config, planted mask over words, words)."""
+    global _last_embeddings
     from bbox_sae.build.matrix import run_build
     from bbox_sae.corpus.ingest import ingest
     from bbox_sae.embedding.stage import run_embed
@@ -120,7 +121,6 @@ def planted_pipeline(
     score(cfg)
     # Shards an earlier call embedded from the same documents are taken as they are: the embed
     # stage keeps a shard whose key (its documents, the encoder settings) matches, and redoes any other.
-    global _last_embeddings
     if _last_embeddings is not None and _last_embeddings.exists():
         shutil.copytree(_last_embeddings, cfg.paths.embeddings, dirs_exist_ok=True)
     run_embed(cfg)
