@@ -14,6 +14,9 @@ import importlib.util
 import logging
 import os
 import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -144,6 +147,41 @@ def _gguf_cache_dir(gguf: Path, cache_dir: Path) -> Path:
     return cache_dir / "models" / f"{gguf.stem}-{tag}"
 
 
+_GGUF_READER_SWAP = threading.Lock()
+
+
+@contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """Within it, transformers' GGUF loads parse each file once, into plain arrays.
+
+    A conversion reads the file three times (tokenizer, config, weights), each through gguf's
+    reader on an `np.memmap`, whose Python-level `__getitem__` and `__array_finalize__` run for
+    every one of the millions of small reads (Gemma 3's 262,144-token vocabulary): 60% of the
+    conversion. A plain ndarray view of the same mapping slices in C, and one parse serves all
+    three reads: Gemma 3 67 s -> 22 s, SmolLM2 23 s -> 15 s, byte-identical files (issue 58).
+    transformers imports the reader class at each load, so swapping it here reaches them all.
+    """
+    import gguf
+    import numpy as np
+
+    class ArrayReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._data
+
+        @data.setter
+        def data(self, mapped):
+            self._data = mapped.view(np.ndarray)
+
+    with _GGUF_READER_SWAP:
+        original = gguf.GGUFReader
+        gguf.GGUFReader = functools.cache(ArrayReader)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = original
+
+
 def convert_gguf(gguf: Path, cache_dir: Path) -> Path:
     """Dequantize a GGUF into a plain HF model dir once; returns the dir."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -155,8 +193,9 @@ def convert_gguf(gguf: Path, cache_dir: Path) -> Path:
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with gguf_parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     except Exception as err:  # a damaged GGUF fails in the gguf reader as struct.error, ValueError, KeyError, ...
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(f"{gguf}: cannot load GGUF: {detail}") from None

@@ -97,7 +97,8 @@ PYEOF
 fi
 if [ -n "$WHEELS" ]; then
   step imports 30 "$PY" -c "import bbox_sae, sae_lens; print('sae_lens', sae_lens.__version__)"
-elif ! "$PY" -c "import bbox_sae, sae_lens" 2>/dev/null; then
+# Found, not imported: importing sae-lens takes 5-8 s, and every step imports what it needs anyway.
+elif ! "$PY" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('bbox_sae') and u.find_spec('sae_lens')))" 2>/dev/null; then
   step setup 60 "$PY" -m pip install -q -e .
 fi
 if [ "$CPU_MODE" = 1 ]; then
