@@ -34,7 +34,7 @@ $(BROWSER_READY): scripts/install_browser.sh
 	bash scripts/install_browser.sh
 	mkdir -p .cache && touch $(BROWSER_READY)
 
-# The demo's corpus and its two models converted from GGUF (about 65 s, side by side), so that a
+# The demo's corpus and its two models converted from GGUF (about 30 s, side by side), so that a
 # first `make demo` starts scoring at once; the corpus is written while the models convert.
 $(DEMO_READY): $(STAMP) configs/demo.yaml
 	$(PY) -m bbox_sae.prepare configs/demo.yaml

@@ -3,8 +3,9 @@
 A GGUF is dequantized into a plain Hugging Face model once, on first use (`models.convert_gguf`);
 `make setup` runs this on configs/demo.yaml so that a user's first `make demo` starts scoring at
 once. The models convert side by side, one process per core: a conversion is mostly one thread
-(the GGUF reader's dequantization), so one at a time left a core idle (the demo's two: 80 s in
-turn, RESULTS.md, issue 58). Models of other sources need nothing prepared and are skipped.
+(parsing the GGUF, building the tokenizer), so one at a time left a core idle (the demo's two:
+80 s in turn when each parsed its GGUF three times, 31 s side by side now; RESULTS.md, issue 58).
+Models of other sources need nothing prepared and are skipped.
 """
 
 from __future__ import annotations
