@@ -8,12 +8,13 @@ malformed reply."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -82,11 +83,13 @@ class RetrySettings(Protocol):
     backoff_max_s: float
 
 
-def retrying(settings: RetrySettings, rng: random.Random, on_retry: Callable[[RetryCallState], None]) -> AsyncRetrying:
+def retrying(
+    settings: RetrySettings, rng: random.Random, on_retry: Callable[[RetryCallState], None], sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+) -> AsyncRetrying:
     """Attempts of one request (`async for attempt in retrying(...): with attempt: ...`): what
     `classify` calls transient is tried again, up to `max_retries` times, after `backoff_delay`
-    (`on_retry` runs just before each wait, which is `upcoming_sleep`); anything else, and the
-    last failure, is raised as it is. Build one per request: its state is not shared."""
+    (`on_retry` runs just before each wait, which is `upcoming_sleep`, spent in `sleep`); anything
+    else, and the last failure, is raised as it is. Build one per request: its state is not shared."""
 
     def wait(state: RetryCallState) -> float:
         # Ours, not tenacity's wait_random_exponential: that one draws from the global `random`
@@ -99,6 +102,7 @@ def retrying(settings: RetrySettings, rng: random.Random, on_retry: Callable[[Re
         stop=stop_after_attempt(settings.max_retries + 1),
         wait=wait,
         before_sleep=on_retry,
+        sleep=sleep,
         reraise=True,
     )
 

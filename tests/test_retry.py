@@ -50,19 +50,29 @@ def test_a_timeout_is_retried_and_names_the_limit():
 
 
 def attempts_made(errors: list[BaseException], waits: list[float], max_retries: int = 2, backoff_max_s: float = 0.0) -> int:
-    """Runs a request that raises `errors` in turn, then succeeds; returns how many attempts it took."""
+    """Runs a request that raises `errors` in turn, then succeeds; returns how many attempts it took.
+    Each wait is announced (`on_retry`), then slept (recorded, not waited: `waits`); the two agree."""
     settings = SimpleNamespace(max_retries=max_retries, backoff_base_s=0.0, backoff_max_s=backoff_max_s)
+    announced: list[float] = []
+    slept_s: list[float] = []
+
+    async def slept(seconds: float) -> None:
+        slept_s.append(seconds)
 
     async def run():
         calls = 0
-        async for attempt in retrying(settings, random.Random(0), lambda state: waits.append(state.upcoming_sleep)):
+        async for attempt in retrying(settings, random.Random(0), lambda state: announced.append(state.upcoming_sleep), sleep=slept):
             with attempt:
                 calls += 1
                 if errors:
                     raise errors.pop(0)
         return calls
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    finally:
+        assert slept_s == announced
+        waits.extend(slept_s)
 
 
 def test_retrying_retries_transient_failures_and_waits_out_retry_after():
