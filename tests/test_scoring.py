@@ -319,8 +319,8 @@ def test_each_head_keeps_the_tokens_the_model_expected_most(tiny_lm, kind, head,
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_causal_query_blocks_score_as_one_attention_over_the_window(tiny_lm, kind, batch_size, monkeypatch):
     """A CPU attends one block of queries at a time (scoring/cpu.py): with padded batches, with
-    windows longer than tiny Gemma's 64-token sliding window, and with no mask at all (one
-    unpadded row, where transformers leaves it out), the scores are those of one SDPA call."""
+    windows longer than tiny Gemma's 64-token sliding window, and with one unpadded row (where
+    SDPA's own masks are left out), the scores are those of one SDPA call."""
     from bbox_sae.scoring import cpu
 
     monkeypatch.setattr(cpu, "QUERY_BLOCK", 16)
@@ -328,19 +328,18 @@ def test_causal_query_blocks_score_as_one_attention_over_the_window(tiny_lm, kin
     model, tok = load_tiny(str(tiny_lm(kind)))
     blocked = HFScorer(kind, model, tok, start_token=START[kind], window=96, stride=32, batch_size=batch_size)
     assert model.config._attn_implementation == cpu.ATTENTION
-    calls, sdpa = [], cpu.sdpa_attention_forward
+    calls, sdpa = [], cpu.scaled_dot_product_attention
 
-    # What each SDPA call got: its queries, and its mask's rank (2: the blocks' own causal mask, 0: none).
-    def record(module, query, key, value, mask, **kwargs):
-        calls.append((query.shape[2], 0 if mask is None else mask.dim()))
-        return sdpa(module, query, key, value, mask, **kwargs)
+    # What each blocked SDPA call got: its queries, its mask's dtype, and whether heads share keys.
+    def record(query, key, value, attn_mask, **kwargs):
+        calls.append((query.shape[2], attn_mask.dtype, kwargs["enable_gqa"] == (query.shape[1] != key.shape[1])))
+        return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
 
-    monkeypatch.setattr(cpu, "sdpa_attention_forward", record)
+    monkeypatch.setattr(cpu, "scaled_dot_product_attention", record)
     first = list(blocked.score(docs))
-    assert len(first[0].logprobs) > 96 and max(q for q, _ in calls) == 16  # 'a' spans windows, each attended block by block
-    if kind == "smollm2":  # full attention: transformers gives unpadded rows no mask, padded ones a mask
-        ranks = {rank for _, rank in calls}
-        assert 2 in ranks and (4 in ranks) == (batch_size > 1)
+    assert len(first[0].logprobs) > 96 and max(q for q, _, _ in calls) == 16  # 'a' spans windows, each attended block by block
+    # Every block, padded or not, got the additive mask built once per pass, and shared keys unrepeated.
+    assert {dtype for _, dtype, _ in calls} == {model.dtype} and all(gqa for _, _, gqa in calls)
     model.set_attn_implementation("sdpa")
     for x, y in zip(first, blocked.score(docs)):
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
